@@ -1,0 +1,101 @@
+import type { TypeBoxTypeProvider } from "@fastify/type-provider-typebox";
+import Fastify, { type FastifyBaseLogger } from "fastify";
+import type { Logger } from "pino";
+import { DenyList } from "./events/egress.js";
+import { Outbox, outboxMigrations } from "./events/outbox.js";
+import { registerBearerAuth } from "./http/auth.js";
+import { registerErrorHandling } from "./http/errors.js";
+import { registerOpenApi } from "./http/openapi.js";
+import type { App } from "./http/types.js";
+import { CaddyAdmin } from "./proxy/caddy-admin.js";
+import { normalizeDomain } from "./proxy/domain.js";
+import { registerProxyRoutes } from "./proxy/routes.js";
+import { proxySharedSchemas } from "./proxy/schemas.js";
+import { proxyMigrations, RouteService } from "./proxy/service.js";
+import { RouteWriter } from "./proxy/writer.js";
+import type { AppConfig } from "./settings.js";
+import { type Db, openDatabase } from "./store/db.js";
+import { generateToken, generateWebhookSecret, loadOrCreateSecret } from "./store/secrets.js";
+
+export interface AppOptions {
+  config: AppConfig;
+  /** pino logger to use; tests pass a silent one. */
+  logger: Logger;
+}
+
+declare module "fastify" {
+  interface FastifyInstance {
+    services: { db: Db; outbox: Outbox; routes: RouteService; writer: RouteWriter };
+  }
+}
+
+/**
+ * Builds the agent: the one composition root, where every area gets its adapters and shared mechanisms.
+ * It does not listen (server.ts does), so tests build it and listen on port 0 or inject.
+ * `config.proxy.caddyAdmin` must be resolved by now (server.ts starts the embedded Caddy first).
+ */
+export async function buildApp({ config, logger }: AppOptions): Promise<App> {
+  const { agent, events, proxy } = config;
+  const caddyAddress = proxy.caddyAdmin;
+  if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
+
+  const db = openDatabase(agent.dataDir, [...outboxMigrations, ...proxyMigrations]);
+  const token = agent.token ?? loadOrCreateSecret(agent.dataDir, "token", generateToken);
+  if (typeof token !== "string" && token.created)
+    logger.info({ path: token.path }, "generated an API token; read it from this file");
+  const secret =
+    events.webhookSecret ?? loadOrCreateSecret(agent.dataDir, "webhook-secret", generateWebhookSecret).value;
+
+  const app = Fastify({
+    loggerInstance: logger as FastifyBaseLogger,
+    bodyLimit: agent.bodyLimit,
+    requestTimeout: agent.requestTimeoutMs,
+    return503OnClosing: true,
+    ajv: {
+      customOptions: { removeAdditional: false, coerceTypes: false, allErrors: true, useDefaults: false },
+    },
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  const deny = new DenyList(events.webhookDenyCidrs);
+  const outbox = new Outbox(db, {
+    secret,
+    deny,
+    timeoutMs: events.webhookTimeoutMs,
+    retryScheduleSeconds: events.webhookRetrySchedule,
+    log: logger.child({ component: "outbox" }),
+  });
+  const admin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs);
+  const writer = new RouteWriter(admin, {
+    server: proxy.caddyServer,
+    listen: proxy.caddyListen,
+    log: logger.child({ component: "route-writer" }),
+  });
+  const operatorId = proxy.operatorDomain === undefined ? undefined : normalizeDomain(proxy.operatorDomain);
+  if (operatorId && !operatorId.ok) throw new Error(`HOSTKEEPER_OPERATOR_DOMAIN ${operatorId.message}`);
+  const routes = new RouteService({
+    db,
+    writer,
+    outbox,
+    deny,
+    operatorRouteId: operatorId?.domain,
+    firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
+    log: logger.child({ component: "routes" }),
+  });
+  app.decorate("services", { db, outbox, routes, writer });
+
+  registerErrorHandling(app);
+  await registerOpenApi(app);
+  for (const s of proxySharedSchemas) app.addSchema(s);
+  registerBearerAuth(app, typeof token === "string" ? token : token.value);
+
+  app.get("/healthz", { schema: { hide: true } }, async () => ({ status: "ok" }));
+  app.get("/v1/openapi.json", { schema: { hide: true } }, async () => app.swagger());
+  registerProxyRoutes(app, routes);
+
+  app.addHook("onReady", async () => outbox.start());
+  app.addHook("onClose", async () => {
+    await outbox.close();
+    db.close();
+  });
+  return app;
+}

@@ -1,0 +1,14 @@
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** The project's root (the folder holding package.json), whether running from `src/` via tsx or from `dist/src/`. */
+export function projectRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    if (existsSync(join(dir, "package.json"))) return dir;
+    const up = dirname(dir);
+    if (up === dir) throw new Error("cannot find the project root (no package.json above the agent's code)");
+    dir = up;
+  }
+}

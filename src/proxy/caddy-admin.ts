@@ -1,0 +1,148 @@
+import http from "node:http";
+import type { CaddyAdminAddress } from "./settings.js";
+
+/** Caddy's admin endpoint could not be reached or did not answer in time. */
+export class CaddyUnavailableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "CaddyUnavailableError";
+  }
+}
+
+/** Caddy answered a request with an error status; `message` is Caddy's own `error` text. */
+export class CaddyApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = "CaddyApiError";
+  }
+}
+
+export interface CaddyResponse {
+  status: number;
+  etag: string | undefined;
+  text: string;
+}
+
+const RETRYABLE_READ = new Set(["ECONNRESET", "EPIPE", "ECONNREFUSED", "ENOENT"]);
+
+/**
+ * A client for Caddy's admin API over TCP or a unix socket. Uses node:http rather than fetch: fetch sends
+ * `Sec-Fetch-Mode`, which Caddy >= 2.11 answers with 403. No keep-alive: every config change restarts
+ * the admin server, and a write on a reused, half-closed socket could not be told apart from a lost write.
+ */
+export class CaddyAdmin {
+  private readonly base: http.RequestOptions;
+
+  constructor(
+    readonly address: CaddyAdminAddress,
+    private readonly timeoutMs: number,
+  ) {
+    this.base =
+      address.kind === "unix"
+        ? { socketPath: address.socketPath, headers: { host: "localhost" } }
+        : { host: address.url.hostname, port: Number(address.url.port), headers: { host: address.url.host } };
+  }
+
+  describe(): string {
+    return this.address.kind === "unix" ? `unix:${this.address.socketPath}` : this.address.url.origin;
+  }
+
+  /** One request. Throws CaddyUnavailableError when no answer came; returns any status Caddy answered. */
+  raw(method: string, path: string, opts: { body?: string; ifMatch?: string } = {}): Promise<CaddyResponse> {
+    return new Promise((resolve, reject) => {
+      const headers: Record<string, string> = { ...(this.base.headers as Record<string, string>) };
+      if (opts.body !== undefined) {
+        headers["content-type"] = "application/json";
+        headers["content-length"] = String(Buffer.byteLength(opts.body));
+      }
+      if (opts.ifMatch) headers["if-match"] = opts.ifMatch;
+      const req = http.request({ ...this.base, method, path, headers, agent: false });
+      const timer = setTimeout(
+        () =>
+          req.destroy(
+            Object.assign(new Error(`no answer within ${this.timeoutMs} ms`), { code: "ETIMEDOUT" }),
+          ),
+        this.timeoutMs,
+      );
+      req.on("response", (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => {
+          clearTimeout(timer);
+          const etag = res.headers.etag;
+          resolve({
+            status: res.statusCode ?? 0,
+            etag: typeof etag === "string" ? etag : undefined,
+            text: Buffer.concat(chunks).toString("utf8"),
+          });
+        });
+        res.on("error", (err) => {
+          clearTimeout(timer);
+          reject(
+            new CaddyUnavailableError(`Caddy admin API at ${this.describe()} broke off: ${err.message}`, {
+              cause: err,
+            }),
+          );
+        });
+      });
+      req.on("error", (err: NodeJS.ErrnoException) => {
+        clearTimeout(timer);
+        reject(
+          new CaddyUnavailableError(
+            `Caddy admin API at ${this.describe()} is unreachable: ${err.code ?? err.message}`,
+            {
+              cause: err,
+            },
+          ),
+        );
+      });
+      req.end(opts.body);
+    });
+  }
+
+  /**
+   * A read, retried a bounded number of times on connection errors: reads that land while Caddy restarts
+   * its admin server after a config change see a reset.
+   */
+  async read(path: string, attempts = 4): Promise<CaddyResponse> {
+    let last: unknown;
+    for (let i = 0; i < attempts; i++) {
+      try {
+        return await this.raw("GET", path);
+      } catch (err) {
+        last = err;
+        const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
+        if (!code || !RETRYABLE_READ.has(code) || i === attempts - 1) break;
+        await new Promise((r) => setTimeout(r, 25 * 2 ** i));
+      }
+    }
+    throw last;
+  }
+
+  /** A write; any non-2xx answer becomes a CaddyApiError carrying Caddy's message. */
+  async write(
+    method: "POST" | "PUT" | "PATCH" | "DELETE",
+    path: string,
+    body?: unknown,
+    ifMatch?: string,
+  ): Promise<void> {
+    const res = await this.raw(method, path, {
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      ...(ifMatch ? { ifMatch } : {}),
+    });
+    if (res.status < 200 || res.status >= 300) throw new CaddyApiError(res.status, caddyErrorText(res));
+  }
+}
+
+export function caddyErrorText(res: CaddyResponse): string {
+  try {
+    const parsed = JSON.parse(res.text) as { error?: unknown };
+    if (typeof parsed.error === "string") return parsed.error;
+  } catch {
+    // not JSON: fall through to the raw text
+  }
+  return res.text.trim().slice(0, 500) || `HTTP ${res.status}`;
+}

@@ -1,0 +1,134 @@
+/** A route as Caddy holds it; only the parts the agent reasons about are typed. */
+export type RouteJson = {
+  "@id"?: string;
+  match?: { host?: string[]; [k: string]: unknown }[];
+  handle?: Record<string, unknown>[];
+  terminal?: boolean;
+  [k: string]: unknown;
+};
+
+export type Op =
+  | { kind: "create"; route: RouteJson & { "@id": string } }
+  | { kind: "replace"; id: string; route: RouteJson & { "@id": string } }
+  | { kind: "delete"; id: string }
+  /** Create or replace, for routes the agent owns (the operator's). */
+  | { kind: "put"; route: RouteJson & { "@id": string } };
+
+export type PlanOutcome =
+  | { ok: true; previous: RouteJson | null; route: RouteJson | null }
+  | { ok: false; reason: "exists" | "not_found" };
+
+export const opId = (op: Op): string => (op.kind === "create" || op.kind === "put" ? op.route["@id"] : op.id);
+
+function hostMatches(pattern: string, host: string): boolean {
+  const p = pattern.toLowerCase().split(".");
+  const h = host.toLowerCase().split(".");
+  if (p.length !== h.length) return false;
+  return p.every((label, i) => label === "*" || label === h[i]);
+}
+
+/** Whether an existing route would take requests for `host` before a route placed after it could. */
+export function routeShadows(route: RouteJson, host: string): boolean {
+  if (!Array.isArray(route.match) || route.match.length === 0) return true;
+  return route.match.some((set) => {
+    if (!Array.isArray(set.host)) return true;
+    return set.host.some((h) => hostMatches(h, host));
+  });
+}
+
+/**
+ * Where a new route for `hosts` goes: before the first existing route that would otherwise take its
+ * requests (a catch-all, or a wildcard that covers it), else at the end.
+ */
+export function insertionIndex(routes: readonly RouteJson[], route: RouteJson): number {
+  const hosts = route.match?.flatMap((m) => m.host ?? []) ?? [];
+  if (hosts.length === 0) return routes.length;
+  const i = routes.findIndex((r) => hosts.some((h) => routeShadows(r, h)));
+  return i === -1 ? routes.length : i;
+}
+
+export interface Plan {
+  routes: RouteJson[];
+  outcomes: PlanOutcome[];
+  /** What one successful op did, for writing it as a single targeted change. */
+  applied: { index: number; op: Op; at: number; wasPresent: boolean }[];
+}
+
+/**
+ * Applies ops in arrival order to a copy of the routes array, each against the result of the ones before
+ * it, as if they had run one after another. `existsElsewhere` says whether an id is used outside this array.
+ */
+export function plan(
+  current: readonly RouteJson[],
+  ops: readonly Op[],
+  existsElsewhere: ReadonlySet<string>,
+): Plan {
+  const routes = [...current];
+  const outcomes: PlanOutcome[] = [];
+  const applied: Plan["applied"] = [];
+  ops.forEach((op, index) => {
+    const id = opId(op);
+    const at = routes.findIndex((r) => r["@id"] === id);
+    switch (op.kind) {
+      case "create": {
+        if (at !== -1 || existsElsewhere.has(id)) {
+          outcomes.push({ ok: false, reason: "exists" });
+          return;
+        }
+        const pos = insertionIndex(routes, op.route);
+        routes.splice(pos, 0, op.route);
+        outcomes.push({ ok: true, previous: null, route: op.route });
+        applied.push({ index, op, at: pos, wasPresent: false });
+        return;
+      }
+      case "put": {
+        if (at === -1) {
+          const pos = insertionIndex(routes, op.route);
+          routes.splice(pos, 0, op.route);
+          outcomes.push({ ok: true, previous: null, route: op.route });
+          applied.push({ index, op, at: pos, wasPresent: false });
+        } else {
+          const previous = routes[at] ?? null;
+          routes[at] = op.route;
+          outcomes.push({ ok: true, previous, route: op.route });
+          applied.push({ index, op, at, wasPresent: true });
+        }
+        return;
+      }
+      case "replace": {
+        if (at === -1) {
+          outcomes.push({ ok: false, reason: "not_found" });
+          return;
+        }
+        const previous = routes[at] ?? null;
+        routes[at] = op.route;
+        outcomes.push({ ok: true, previous, route: op.route });
+        applied.push({ index, op, at, wasPresent: true });
+        return;
+      }
+      case "delete": {
+        if (at === -1) {
+          outcomes.push({ ok: false, reason: "not_found" });
+          return;
+        }
+        const previous = routes[at] ?? null;
+        routes.splice(at, 1);
+        outcomes.push({ ok: true, previous, route: null });
+        applied.push({ index, op, at, wasPresent: true });
+        return;
+      }
+    }
+  });
+  return { routes, outcomes, applied };
+}
+
+/** JSON with object keys sorted, so a route read back from Caddy compares equal to the one written. */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_k, v: unknown) =>
+    v && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(
+          Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+        )
+      : v,
+  );
+}

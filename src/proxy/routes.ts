@@ -1,0 +1,124 @@
+import { Type } from "typebox";
+import { problemResponses } from "../http/schemas.js";
+import type { App } from "../http/types.js";
+import { RouteDeleteRequestSchema, RouteIdParamsSchema, type RouteWriteRequest } from "./schemas.js";
+import type { RouteService } from "./service.js";
+
+const RouteRef = Type.Ref("Route");
+const json = (schema: unknown, description: string) => ({
+  description,
+  content: { "application/json": { schema } },
+});
+
+export function registerProxyRoutes(app: App, service: RouteService): void {
+  app.get(
+    "/v1/proxy/routes",
+    {
+      schema: {
+        tags: ["proxy"],
+        summary: "List the routes of the managed Caddy server",
+        description:
+          "All routes of the managed server in Caddy's order, including routes the agent did not create. `[]` when the server does not exist yet.",
+        response: {
+          200: json(Type.Array(RouteRef), "The routes."),
+          ...problemResponses("proxy_unavailable"),
+        },
+      },
+    },
+    async (_request, reply) => {
+      // Caddy's own JSON goes out as it came: re-serialising thousands of routes would cost more than reading them.
+      const text = await service.listText();
+      return reply.type("application/json").send(text);
+    },
+  );
+
+  app.post<{ Body: RouteWriteRequest }>(
+    "/v1/proxy/routes",
+    {
+      schema: {
+        tags: ["proxy"],
+        summary: "Create a route",
+        description:
+          "Creates a reverse-proxy route for `domain`. The route `@id` is the normalised domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
+        body: Type.Ref("RouteWriteRequest"),
+        response: {
+          201: json(RouteRef, "The route as written to Caddy."),
+          ...problemResponses(
+            "validation_failed",
+            "malformed_body",
+            "route_exists",
+            "payload_too_large",
+            "unsupported_media_type",
+            "proxy_unavailable",
+            "proxy_rejected_change",
+          ),
+        },
+      },
+    },
+    async (request, reply) => {
+      const route = await service.create(request.body);
+      return reply.code(201).send(route);
+    },
+  );
+
+  app.put<{ Body: RouteWriteRequest; Params: { route_id: string } }>(
+    "/v1/proxy/routes/:route_id",
+    {
+      schema: {
+        tags: ["proxy"],
+        summary: "Replace a route",
+        description:
+          "Fully replaces the route `route_id`; `domain` must derive to the same id. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`.",
+        params: RouteIdParamsSchema,
+        body: Type.Ref("RouteWriteRequest"),
+        response: {
+          200: json(RouteRef, "The route as written to Caddy."),
+          ...problemResponses(
+            "validation_failed",
+            "malformed_body",
+            "operator_route_immutable",
+            "route_not_found",
+            "payload_too_large",
+            "unsupported_media_type",
+            "proxy_unavailable",
+            "proxy_rejected_change",
+            "proxy_rollback_failed",
+          ),
+        },
+      },
+    },
+    async (request) => service.replace(request.params.route_id, request.body),
+  );
+
+  app.delete<{ Body: { callback_url?: string | null } | undefined; Params: { route_id: string } }>(
+    "/v1/proxy/routes/:route_id",
+    {
+      schema: {
+        tags: ["proxy"],
+        summary: "Delete a route",
+        description:
+          "Deletes the route `route_id`. The body is optional. The route is captured first and restored when the deletion fails; with `callback_url` it is also sent as `route_backup`.",
+        params: RouteIdParamsSchema,
+        body: RouteDeleteRequestSchema,
+        response: {
+          204: { description: "Deleted.", type: "null" },
+          ...problemResponses(
+            "validation_failed",
+            "malformed_body",
+            "operator_route_immutable",
+            "route_not_found",
+            "payload_too_large",
+            "unsupported_media_type",
+            "proxy_unavailable",
+            "proxy_rejected_change",
+            "proxy_rollback_failed",
+          ),
+        },
+      },
+    },
+    async (request, reply) => {
+      await service.delete(request.params.route_id, request.body?.callback_url);
+      return reply.code(204).send();
+    },
+  );
+}

@@ -1,0 +1,92 @@
+import { join } from "node:path";
+import { parse, setting } from "../config.js";
+import { projectRoot } from "../paths.js";
+
+/** Where `scripts/fetch-caddy.sh` unpacks Caddy; the embedded default when no admin endpoint is configured. */
+export const fetchedCaddyBinary = join(projectRoot(), ".cache/caddy/usr/bin/caddy");
+
+export type CaddyAdminAddress = { kind: "tcp"; url: URL } | { kind: "unix"; socketPath: string };
+
+export function parseCaddyAdmin(raw: unknown): CaddyAdminAddress | undefined {
+  const s = parse.optionalString(raw);
+  if (s === undefined) return undefined;
+  if (s.startsWith("unix:")) {
+    const socketPath = s.slice("unix:".length).replace(/^\/\/(?=\/)/, "");
+    if (!socketPath.startsWith("/")) throw new Error(`unix socket path must be absolute, got "${s}"`);
+    return { kind: "unix", socketPath };
+  }
+  let url: URL;
+  try {
+    url = new URL(s);
+  } catch {
+    throw new Error(`expected http://host:port or unix:/path/to.sock, got "${s}"`);
+  }
+  if (url.protocol !== "http:" || !url.port || (url.pathname !== "/" && url.pathname !== ""))
+    throw new Error(`expected http://host:port or unix:/path/to.sock, got "${s}"`);
+  return { kind: "tcp", url };
+}
+
+export const proxySettings = {
+  caddyAdmin: setting({
+    key: "caddyAdmin",
+    env: "HOSTKEEPER_CADDY_ADMIN",
+    area: "proxy",
+    doc: "Caddy admin endpoint, `http://host:port` or `unix:/path/to.sock`. When set, the agent uses that Caddy and never starts one; when unset, it starts its own (admin on `<data dir>/caddy/admin.sock`, config persisted) and leaves it running across agent restarts.",
+    defaultText: "embedded Caddy",
+    default: undefined as CaddyAdminAddress | undefined,
+    parse: parseCaddyAdmin,
+  }),
+  caddyServer: setting({
+    key: "caddyServer",
+    env: "HOSTKEEPER_CADDY_SERVER",
+    area: "proxy",
+    doc: "Name of the server under `apps.http.servers` whose routes the agent manages.",
+    defaultText: "srv0",
+    default: "srv0",
+    parse: (raw) => {
+      const s = parse.string({ nonEmpty: true })(raw);
+      if (!/^[A-Za-z0-9_.-]+$/.test(s)) throw new Error(`"${s}" is not a usable server name`);
+      return s;
+    },
+  }),
+  caddyListen: setting({
+    key: "caddyListen",
+    env: "HOSTKEEPER_CADDY_LISTEN",
+    area: "proxy",
+    doc: "Comma-separated listen addresses used when the agent has to create the managed server.",
+    defaultText: ":80,:443",
+    default: [":80", ":443"],
+    parse: (raw) => {
+      const list = parse.list(raw);
+      if (list.length === 0) throw new Error("needs at least one address");
+      return list;
+    },
+  }),
+  caddyBinary: setting({
+    key: "caddyBinary",
+    env: "HOSTKEEPER_CADDY_BINARY",
+    area: "proxy",
+    doc: "Caddy executable the agent starts when `HOSTKEEPER_CADDY_ADMIN` is unset.",
+    defaultText: "`.cache/caddy/usr/bin/caddy` (from `scripts/fetch-caddy.sh`)",
+    default: fetchedCaddyBinary,
+    parse: parse.string({ nonEmpty: true }),
+  }),
+  caddyTimeoutMs: setting({
+    key: "caddyTimeoutMs",
+    env: "HOSTKEEPER_CADDY_TIMEOUT_MS",
+    area: "proxy",
+    doc: "Time-out of one request to Caddy's admin API.",
+    defaultText: "30000",
+    default: 30_000,
+    parse: parse.int(100, 600_000),
+  }),
+  operatorDomain: setting({
+    key: "operatorDomain",
+    env: "HOSTKEEPER_OPERATOR_DOMAIN",
+    area: "proxy",
+    doc: "The operator's own domain. Its route is managed by the agent alone; the API answers 403 to changes of it and 409 to creating it.",
+    defaultText: "none",
+    default: undefined as string | undefined,
+    parse: parse.optionalString,
+  }),
+};

@@ -1,0 +1,63 @@
+import pino from "pino";
+import { buildApp } from "./app.js";
+import { ConfigError } from "./config.js";
+import { ensureEmbeddedCaddy } from "./proxy/embedded-caddy.js";
+import { loadConfigFromProcess } from "./settings.js";
+
+/** The process: configuration, the embedded Caddy when none is configured, listen, graceful shutdown. */
+async function main(): Promise<void> {
+  let config: ReturnType<typeof loadConfigFromProcess>;
+  try {
+    config = loadConfigFromProcess();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`hostkeeper: ${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  const logger = pino({
+    level: config.agent.logLevel,
+    redact: { paths: ["req.headers.authorization", "token", "secret"], censor: "[redacted]" },
+  });
+  // Secrets stay out of the environment of every child the agent starts (Caddy, package managers, operator).
+  delete process.env.HOSTKEEPER_TOKEN;
+  delete process.env.HOSTKEEPER_WEBHOOK_SECRET;
+
+  if (!config.proxy.caddyAdmin) {
+    const caddy = await ensureEmbeddedCaddy({
+      dataDir: config.agent.dataDir,
+      binary: config.proxy.caddyBinary,
+      log: logger,
+    });
+    config.proxy.caddyAdmin = caddy.address;
+  }
+  const app = await buildApp({ config, logger });
+  await app.listen({ host: config.agent.listen.host, port: config.agent.listen.port });
+
+  let closing = false;
+  const shutdown = (signal: string) => {
+    if (closing) return;
+    closing = true;
+    logger.info({ signal }, "shutting down; finishing in-flight requests");
+    const force = setTimeout(() => {
+      logger.error("in-flight requests did not finish in time; exiting");
+      process.exit(1);
+    }, config.agent.shutdownTimeoutMs);
+    force.unref();
+    app.close().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        logger.error({ err }, "shutdown failed");
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGTERM", () => shutdown("SIGTERM"));
+  process.on("SIGINT", () => shutdown("SIGINT"));
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`hostkeeper: ${(err as Error).message}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,60 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { TestContext } from "node:test";
+import type { Response as LightMyRequestResponse } from "light-my-request";
+import pino from "pino";
+import { buildApp } from "../../src/app.js";
+import type { App } from "../../src/http/types.js";
+import { type AppConfig, loadConfig } from "../../src/settings.js";
+
+export const TEST_TOKEN = "test-token-0123456789abcdef";
+export const TEST_SECRET = `whsec_${Buffer.alloc(32, 7).toString("base64")}`;
+
+export interface TestApp {
+  app: App;
+  config: AppConfig;
+  dataDir: string;
+  /** `app.inject` with the bearer token set. */
+  call: (opts: {
+    method: string;
+    url: string;
+    payload?: unknown;
+    headers?: Record<string, string>;
+  }) => Promise<LightMyRequestResponse>;
+}
+
+/**
+ * Builds the app against the given environment (plus a temp data dir, a fixed token and webhook secret),
+ * closed when the test ends. `env` uses the real variable names, so tests exercise the config loader too.
+ */
+export async function buildTestApp(
+  t: TestContext | { after: (fn: () => unknown) => void },
+  env: Record<string, string>,
+  opts: { dataDir?: string } = {},
+): Promise<TestApp> {
+  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "hk-data-"));
+  const config = loadConfig({
+    env: {
+      HOSTKEEPER_DATA_DIR: dataDir,
+      HOSTKEEPER_TOKEN: TEST_TOKEN,
+      HOSTKEEPER_WEBHOOK_SECRET: TEST_SECRET,
+      ...env,
+    },
+  });
+  const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
+  const app = await buildApp({ config, logger });
+  await app.ready();
+  t.after(async () => {
+    await app.close();
+    if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+  });
+  const call: TestApp["call"] = ({ method, url, payload, headers }) =>
+    app.inject({
+      method: method as "GET",
+      url,
+      ...(payload === undefined ? {} : { payload: payload as string }),
+      headers: { authorization: `Bearer ${TEST_TOKEN}`, ...headers },
+    });
+  return { app, config, dataDir, call };
+}

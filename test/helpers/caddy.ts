@@ -1,0 +1,124 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { TestContext } from "node:test";
+import { CaddyAdmin } from "../../src/proxy/caddy-admin.js";
+import { fetchedCaddyBinary } from "../../src/proxy/settings.js";
+
+/** A free loopback TCP port (bound and released; the caller binds it next). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const addr = s.address();
+      s.close(() => (typeof addr === "object" && addr ? resolve(addr.port) : reject(new Error("no port"))));
+    });
+  });
+}
+
+export interface TestCaddy {
+  adminUrl: string;
+  admin: CaddyAdmin;
+  /** Port of the pre-made HTTP server `srv0` (plain HTTP on loopback), when `withServer` was asked for. */
+  httpPort: number;
+  pid: number;
+  dir: string;
+  stop(): Promise<void>;
+  /** Starts Caddy again on the same ports with the same config (after `stop`). */
+  start(): Promise<void>;
+}
+
+export interface TestCaddyOptions {
+  /** Pre-create `srv0` listening on a loopback port with automatic HTTPS off; default true. */
+  withServer?: boolean;
+  /** Extra top-level config merged in (e.g. other apps). */
+  extra?: Record<string, unknown>;
+}
+
+async function waitFor(admin: CaddyAdmin, child: ChildProcess, deadlineMs: number): Promise<void> {
+  const end = Date.now() + deadlineMs;
+  while (Date.now() < end) {
+    if (child.exitCode !== null) throw new Error(`caddy exited with ${child.exitCode}`);
+    try {
+      const r = await admin.raw("GET", "/config/");
+      if (r.status === 200) return;
+    } catch {
+      // not up yet
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error("caddy did not come up");
+}
+
+/** Starts a real Caddy for one test file; stopped (by PID) when the test ends. Nothing is persisted. */
+export async function startCaddy(
+  t: TestContext | { after: (fn: () => unknown) => void },
+  opts: TestCaddyOptions = {},
+): Promise<TestCaddy> {
+  const dir = mkdtempSync(join(tmpdir(), "hk-caddy-"));
+  const adminPort = await freePort();
+  const httpPort = await freePort();
+  const config: Record<string, unknown> = {
+    admin: { listen: `127.0.0.1:${adminPort}`, config: { persist: false } },
+    ...(opts.withServer === false
+      ? {}
+      : {
+          apps: {
+            http: {
+              servers: {
+                srv0: { listen: [`127.0.0.1:${httpPort}`], automatic_https: { disable: true }, routes: [] },
+              },
+            },
+          },
+        }),
+    ...opts.extra,
+  };
+  const configPath = join(dir, "config.json");
+  writeFileSync(configPath, JSON.stringify(config));
+  const adminUrl = `http://127.0.0.1:${adminPort}`;
+  const admin = new CaddyAdmin({ kind: "tcp", url: new URL(adminUrl) }, 10_000);
+  let child: ChildProcess | undefined;
+  const start = async () => {
+    const c = spawn(fetchedCaddyBinary, ["run", "--config", configPath], {
+      stdio: ["ignore", "ignore", "pipe"],
+      env: { ...process.env, XDG_CONFIG_HOME: join(dir, "cfg"), XDG_DATA_HOME: join(dir, "data"), HOME: dir },
+    });
+    let stderr = "";
+    c.stderr?.on("data", (d: Buffer) => {
+      stderr = (stderr + d.toString()).slice(-4000);
+    });
+    child = c;
+    try {
+      await waitFor(admin, c, 10_000);
+    } catch (err) {
+      c.kill("SIGKILL");
+      throw new Error(`${(err as Error).message}\n${stderr}`);
+    }
+  };
+  const stop = async () => {
+    const c = child;
+    if (!c || c.exitCode !== null || c.signalCode !== null) return;
+    const exited = new Promise((r) => c.once("exit", r));
+    process.kill(c.pid as number, "SIGKILL");
+    await exited;
+  };
+  await start();
+  t.after(async () => {
+    await stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return {
+    adminUrl,
+    admin,
+    httpPort,
+    get pid() {
+      return child?.pid ?? -1;
+    },
+    dir,
+    stop,
+    start,
+  };
+}

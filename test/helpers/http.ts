@@ -1,0 +1,112 @@
+import { createHmac, timingSafeEqual } from "node:crypto";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+
+type After = { after: (fn: () => unknown) => void };
+
+/** A loopback HTTP server answering every request with `name`; closed when the test ends. */
+export async function startUpstream(
+  t: After,
+  name: string,
+  port = 0,
+): Promise<{ port: number; hits: () => number; server: http.Server }> {
+  let hits = 0;
+  const server = http.createServer((req, res) => {
+    hits++;
+    req.resume();
+    res.writeHead(200, { "content-type": "text/plain" }).end(name);
+  });
+  await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
+  t.after(
+    () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  );
+  return { port: (server.address() as AddressInfo).port, hits: () => hits, server };
+}
+
+export interface ReceivedWebhook {
+  headers: http.IncomingHttpHeaders;
+  body: string;
+  json: { type: string; timestamp: string; data: Record<string, unknown> };
+  at: number;
+}
+
+/** A loopback callback receiver; `status` decides the answer for each request. */
+export async function startReceiver(
+  t: After,
+  opts: { status?: (n: number) => number; port?: number } = {},
+): Promise<{
+  url: string;
+  port: number;
+  received: ReceivedWebhook[];
+  close: () => Promise<void>;
+  waitFor: (n: number, ms: number) => Promise<void>;
+}> {
+  const received: ReceivedWebhook[] = [];
+  let n = 0;
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const status = opts.status ? opts.status(n++) : 200;
+      const body = Buffer.concat(chunks).toString("utf8");
+      if (status >= 200 && status < 300)
+        received.push({ headers: req.headers, body, json: JSON.parse(body), at: Date.now() });
+      res.writeHead(status).end();
+    });
+  });
+  await new Promise<void>((r) => server.listen(opts.port ?? 0, "127.0.0.1", r));
+  const close = () =>
+    new Promise<void>((r) => {
+      server.closeAllConnections();
+      server.close(() => r());
+    });
+  t.after(() => (server.listening ? close() : undefined));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}/hook`,
+    port,
+    received,
+    close,
+    waitFor: async (count, ms) => {
+      const end = Date.now() + ms;
+      while (received.length < count) {
+        if (Date.now() > end)
+          throw new Error(`expected ${count} callbacks within ${ms} ms, got ${received.length}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
+  };
+}
+
+/** Verifies a Standard Webhooks signature the way a receiver would (independent of the agent's signer). */
+export function verifyStandardWebhook(secret: string, w: ReceivedWebhook): boolean {
+  const id = String(w.headers["webhook-id"]);
+  const ts = String(w.headers["webhook-timestamp"]);
+  const key = Buffer.from(secret.slice("whsec_".length), "base64");
+  const expected = Buffer.from(createHmac("sha256", key).update(`${id}.${ts}.${w.body}`).digest("base64"));
+  return String(w.headers["webhook-signature"])
+    .split(" ")
+    .some((sig) => {
+      const [version, value = ""] = sig.split(",");
+      const got = Buffer.from(value);
+      return version === "v1" && got.length === expected.length && timingSafeEqual(got, expected);
+    });
+}
+
+/** A request through Caddy's listener with a given Host header. */
+export function viaProxy(port: number, host: string, path = "/"): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: "127.0.0.1", port, path, headers: { host }, agent: false }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
+    });
+    req.on("error", reject);
+    req.setTimeout(10_000, () => req.destroy(new Error("timeout")));
+    req.end();
+  });
+}
