@@ -83,6 +83,8 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   });
   app.decorate("services", { db, outbox, routes, writer });
 
+  // JSON is the only body the API takes; anything else is 415 rather than a string failing validation.
+  app.removeContentTypeParser("text/plain");
   registerErrorHandling(app);
   await registerOpenApi(app);
   for (const s of proxySharedSchemas) app.addSchema(s);

@@ -115,6 +115,10 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
           ),
         },
       },
+      // The body is optional: no body means no callback.
+      preValidation: async (request) => {
+        if (request.body === undefined || request.body === null) request.body = {};
+      },
     },
     async (request, reply) => {
       await service.delete(request.params.route_id, request.body?.callback_url);

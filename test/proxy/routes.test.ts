@@ -1,0 +1,496 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { buildTestApp, TEST_SECRET } from "../helpers/app.js";
+import { startCaddy } from "../helpers/caddy.js";
+import { startReceiver, startUpstream, verifyStandardWebhook, viaProxy } from "../helpers/http.js";
+
+const OPERATOR = "ops.example.test";
+
+async function setup(t: Parameters<typeof startCaddy>[0], env: Record<string, string> = {}) {
+  const caddy = await startCaddy(t);
+  const h = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    HOSTKEEPER_OPERATOR_DOMAIN: OPERATOR,
+    ...env,
+  });
+  return { caddy, ...h };
+}
+
+const route = (domain: string, ports: number[], extra: Record<string, unknown> = {}) => ({
+  domain,
+  upstreams: ports.map((p) => ({ dial: `127.0.0.1:${p}` })),
+  ...extra,
+});
+
+test("a created route carries traffic to its upstream through Caddy's listener", async (t) => {
+  const { caddy, call } = await setup(t);
+  const up = await startUpstream(t, "alpha");
+  const res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("Alpha.Example.TEST.", [up.port]),
+  });
+  assert.equal(res.statusCode, 201, res.body);
+  const created = res.json();
+  assert.equal(created["@id"], "alpha.example.test");
+  assert.deepEqual(created.match, [{ host: ["alpha.example.test"] }]);
+  assert.equal(created.terminal, true);
+  assert.deepEqual(created.handle[0].load_balancing, { selection_policy: { policy: "first" } });
+  const r = await viaProxy(caddy.httpPort, "alpha.example.test");
+  assert.deepEqual(r, { status: 200, body: "alpha" });
+
+  const list = await call({ method: "GET", url: "/v1/proxy/routes" });
+  assert.equal(list.statusCode, 200);
+  assert.deepEqual(
+    list.json().map((x: { "@id": string }) => x["@id"]),
+    ["alpha.example.test"],
+  );
+});
+
+test("an internationalised domain becomes a lowercase punycode id and host", async (t) => {
+  const { caddy, call } = await setup(t);
+  const up = await startUpstream(t, "idn");
+  const res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("App.Bücher.example.", [up.port]),
+  });
+  assert.equal(res.statusCode, 201, res.body);
+  assert.equal(res.json()["@id"], "app.xn--bcher-kva.example");
+  assert.equal((await viaProxy(caddy.httpPort, "app.xn--bcher-kva.example")).body, "idn");
+});
+
+test("strategy first sends everything to the first upstream; weighted_round_robin 3:1 gives 3:1 traffic", async (t) => {
+  const { caddy, call } = await setup(t);
+  const a = await startUpstream(t, "a");
+  const b = await startUpstream(t, "b");
+  let res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("first.test", [a.port, b.port], { strategy: "first" }),
+  });
+  assert.equal(res.statusCode, 201, res.body);
+  for (let i = 0; i < 20; i++) assert.equal((await viaProxy(caddy.httpPort, "first.test")).body, "a");
+
+  res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: {
+      domain: "wrr.test",
+      strategy: "weighted_round_robin",
+      upstreams: [
+        { dial: `127.0.0.1:${a.port}`, weight: 3 },
+        { dial: `127.0.0.1:${b.port}`, weight: 1 },
+      ],
+    },
+  });
+  assert.equal(res.statusCode, 201, res.body);
+  assert.deepEqual(res.json().handle[0].load_balancing.selection_policy, {
+    policy: "weighted_round_robin",
+    weights: [3, 1],
+  });
+  const counts = { a: 0, b: 0 } as Record<string, number>;
+  for (let i = 0; i < 80; i++) {
+    const r = await viaProxy(caddy.httpPort, "wrr.test");
+    counts[r.body] = (counts[r.body] ?? 0) + 1;
+  }
+  assert.equal(counts.a, 60, JSON.stringify(counts));
+  assert.equal(counts.b, 20, JSON.stringify(counts));
+});
+
+test("replace switches traffic, delete stops it", async (t) => {
+  const { caddy, call } = await setup(t);
+  const a = await startUpstream(t, "old");
+  const b = await startUpstream(t, "new");
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("swap.test", [a.port]) }))
+      .statusCode,
+    201,
+  );
+  assert.equal((await viaProxy(caddy.httpPort, "swap.test")).body, "old");
+  const put = await call({
+    method: "PUT",
+    url: "/v1/proxy/routes/swap.test",
+    payload: route("swap.test", [b.port], { terminal: false }),
+  });
+  assert.equal(put.statusCode, 200, put.body);
+  assert.equal(put.json().terminal, false);
+  assert.equal((await viaProxy(caddy.httpPort, "swap.test")).body, "new");
+  const del = await call({ method: "DELETE", url: "/v1/proxy/routes/swap.test" });
+  assert.equal(del.statusCode, 204, del.body);
+  assert.equal(del.body, "");
+  const after = await viaProxy(caddy.httpPort, "swap.test");
+  assert.notEqual(after.body, "new");
+  assert.equal(b.hits(), 1);
+  assert.equal((await call({ method: "GET", url: "/v1/proxy/routes" })).json().length, 0);
+});
+
+test("a new host route goes before catch-all and covering wildcard routes that were already there", async (t) => {
+  const { caddy, call } = await setup(t);
+  const fallback = await startUpstream(t, "fallback");
+  const wild = await startUpstream(t, "wild");
+  const exact = await startUpstream(t, "exact");
+  // A catch-all route made outside the agent.
+  await caddy.admin.write("POST", "/config/apps/http/servers/srv0/routes", {
+    handle: [{ handler: "reverse_proxy", upstreams: [{ dial: `127.0.0.1:${fallback.port}` }] }],
+  });
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("*.shop.test", [wild.port]) }))
+      .statusCode,
+    201,
+  );
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("a.shop.test", [exact.port]) }))
+      .statusCode,
+    201,
+  );
+  const ids = (await call({ method: "GET", url: "/v1/proxy/routes" }))
+    .json()
+    .map((r: { "@id"?: string }) => r["@id"] ?? null);
+  assert.deepEqual(ids, ["a.shop.test", "*.shop.test", null]);
+  assert.equal((await viaProxy(caddy.httpPort, "a.shop.test")).body, "exact");
+  assert.equal((await viaProxy(caddy.httpPort, "b.shop.test")).body, "wild");
+  assert.equal((await viaProxy(caddy.httpPort, "other.test")).body, "fallback");
+});
+
+test("route_backup reaches the callback signed, with the previous state, before the change", async (t) => {
+  const { call } = await setup(t);
+  const up = await startUpstream(t, "u");
+  const up2 = await startUpstream(t, "u2");
+  const rx = await startReceiver(t);
+  const create = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("cb.test", [up.port], { callback_url: rx.url }),
+  });
+  assert.equal(create.statusCode, 201);
+  const put = await call({
+    method: "PUT",
+    url: "/v1/proxy/routes/cb.test",
+    payload: route("cb.test", [up2.port], { callback_url: rx.url }),
+  });
+  assert.equal(put.statusCode, 200);
+  const del = await call({
+    method: "DELETE",
+    url: "/v1/proxy/routes/cb.test",
+    payload: { callback_url: rx.url },
+  });
+  assert.equal(del.statusCode, 204);
+  // The first attempt happens before the mutation, so all three are here already.
+  assert.equal(rx.received.length, 3);
+  for (const w of rx.received) {
+    assert.ok(verifyStandardWebhook(TEST_SECRET, w), "signature verifies");
+    assert.match(String(w.headers["webhook-id"]), /^msg_/);
+    assert.ok(Math.abs(Number(w.headers["webhook-timestamp"]) - Date.now() / 1000) < 60);
+    assert.equal(w.json.type, "route_backup");
+    assert.equal(w.json.data.route_id, "cb.test");
+  }
+  const [c, r, d] = rx.received.map((w) => w.json.data);
+  assert.equal(c?.operation, "create");
+  assert.equal(c?.previous_route, null);
+  assert.equal(r?.operation, "replace");
+  assert.deepEqual((r?.previous_route as { handle: { upstreams: unknown }[] }).handle[0]?.upstreams, [
+    { dial: `127.0.0.1:${up.port}` },
+  ]);
+  assert.equal(d?.operation, "delete");
+  assert.deepEqual((d?.previous_route as { handle: { upstreams: unknown }[] }).handle[0]?.upstreams, [
+    { dial: `127.0.0.1:${up2.port}` },
+  ]);
+});
+
+test("a receiver that is down does not block the change and gets the event later", async (t) => {
+  const { call, app } = await setup(t, { HOSTKEEPER_WEBHOOK_RETRY_SCHEDULE: "1,1,1" });
+  const up = await startUpstream(t, "u");
+  const rx = await startReceiver(t, { status: (n) => (n === 0 ? 503 : 200) });
+  const started = Date.now();
+  const res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("late.test", [up.port], { callback_url: rx.url }),
+  });
+  assert.equal(res.statusCode, 201);
+  assert.equal(rx.received.length, 0, "the first attempt got 503");
+  await rx.waitFor(1, 10_000);
+  assert.ok(Date.now() - started >= 700, "delivered by a retry, not the first attempt");
+  assert.ok(verifyStandardWebhook(TEST_SECRET, rx.received[0] as never));
+  const ev = app.services.db
+    .prepare("SELECT state, attempts FROM outbox_events WHERE id = ?")
+    .get(rx.received[0]?.headers["webhook-id"]) as { state: string; attempts: number };
+  assert.deepEqual(ev, { state: "delivered", attempts: 2 });
+});
+
+test("problems: 401, 400 (naming fields), 403, 404, 409, 413, 415", async (t) => {
+  const { app, call } = await setup(t, { HOSTKEEPER_BODY_LIMIT: "1024" });
+  const up = await startUpstream(t, "u");
+  const problem = (
+    res: { statusCode: number; headers: Record<string, unknown>; json: () => Record<string, unknown> },
+    status: number,
+    code: string,
+  ) => {
+    assert.equal(res.statusCode, status);
+    assert.match(String(res.headers["content-type"]), /^application\/problem\+json/);
+    const b = res.json();
+    assert.equal(b.status, status);
+    assert.equal(b.code, code);
+    assert.equal(b.type, `urn:hostkeeper:problem:${code}`);
+    assert.equal(typeof b.title, "string");
+    assert.equal(typeof b.detail, "string");
+    assert.doesNotMatch(JSON.stringify(b), /at .*\.js:\d+|\/work\/|node_modules/);
+    return b;
+  };
+  problem(await app.inject({ method: "GET", url: "/v1/proxy/routes" }), 401, "unauthorized");
+  problem(
+    await app.inject({
+      method: "GET",
+      url: "/v1/proxy/routes",
+      headers: { authorization: "Bearer wrong-token-wrong-token" },
+    }),
+    401,
+    "unauthorized",
+  );
+
+  let b = problem(
+    await call({
+      method: "POST",
+      url: "/v1/proxy/routes",
+      payload: { domain: "x.test", upstreams: [{ dial: "nonsense" }], extra: 1 },
+    }),
+    400,
+    "validation_failed",
+  );
+  assert.deepEqual(
+    (b.errors as { field: string }[]).map((e) => e.field),
+    ["body.extra"],
+  );
+  b = problem(
+    await call({ method: "POST", url: "/v1/proxy/routes", payload: { upstreams: [], strategy: "random" } }),
+    400,
+    "validation_failed",
+  );
+  const fields = (b.errors as { field: string }[]).map((e) => e.field).sort();
+  assert.ok(
+    fields.includes("body.domain") && fields.includes("body.upstreams") && fields.includes("body.strategy"),
+    fields.join(),
+  );
+  b = problem(
+    await call({
+      method: "POST",
+      url: "/v1/proxy/routes",
+      payload: { domain: "x.test", upstreams: [{ dial: "127.0.0.1:0" }, { dial: "host", weight: 2 }] },
+    }),
+    400,
+    "validation_failed",
+  );
+  assert.deepEqual(
+    (b.errors as { field: string }[]).map((e) => e.field),
+    ["body.upstreams[0].dial", "body.upstreams[1].dial", "body.upstreams[1].weight"],
+  );
+  b = problem(
+    await call({
+      method: "POST",
+      url: "/v1/proxy/routes",
+      payload: {
+        domain: "x.test",
+        strategy: "weighted_round_robin",
+        upstreams: [{ dial: "127.0.0.1:1", weight: 0 }],
+      },
+    }),
+    400,
+    "validation_failed",
+  );
+  assert.match(String(b.detail), /sum to more than 0/);
+  problem(
+    await call({
+      method: "POST",
+      url: "/v1/proxy/routes",
+      payload: route("x.test", [up.port], { callback_url: "ftp://x" }),
+    }),
+    400,
+    "validation_failed",
+  );
+  problem(
+    await call({
+      method: "POST",
+      url: "/v1/proxy/routes",
+      payload: route("x.test", [up.port], { callback_url: "http://169.254.169.254/latest" }),
+    }),
+    400,
+    "validation_failed",
+  );
+  problem(
+    await call({
+      method: "POST",
+      url: "/v1/proxy/routes",
+      payload: "{not json",
+      headers: { "content-type": "application/json" },
+    }),
+    400,
+    "malformed_body",
+  );
+  problem(
+    await call({
+      method: "POST",
+      url: "/v1/proxy/routes",
+      payload: "domain=x",
+      headers: { "content-type": "text/plain" },
+    }),
+    415,
+    "unsupported_media_type",
+  );
+  problem(
+    await call({
+      method: "POST",
+      url: "/v1/proxy/routes",
+      payload: route(`${"a".repeat(60)}.test`, Array(64).fill(up.port)),
+    }),
+    413,
+    "payload_too_large",
+  );
+
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("dup.test", [up.port]) }))
+      .statusCode,
+    201,
+  );
+  problem(
+    await call({ method: "POST", url: "/v1/proxy/routes", payload: route("DUP.test.", [up.port]) }),
+    409,
+    "route_exists",
+  );
+  problem(
+    await call({ method: "POST", url: "/v1/proxy/routes", payload: route(OPERATOR, [up.port]) }),
+    409,
+    "route_exists",
+  );
+  problem(
+    await call({ method: "PUT", url: `/v1/proxy/routes/${OPERATOR}`, payload: route(OPERATOR, [up.port]) }),
+    403,
+    "operator_route_immutable",
+  );
+  problem(
+    await call({ method: "DELETE", url: `/v1/proxy/routes/${OPERATOR}` }),
+    403,
+    "operator_route_immutable",
+  );
+  problem(
+    await call({ method: "PUT", url: "/v1/proxy/routes/nope.test", payload: route("nope.test", [up.port]) }),
+    404,
+    "route_not_found",
+  );
+  problem(await call({ method: "DELETE", url: "/v1/proxy/routes/nope.test" }), 404, "route_not_found");
+  b = problem(
+    await call({ method: "PUT", url: "/v1/proxy/routes/dup.test", payload: route("other.test", [up.port]) }),
+    400,
+    "validation_failed",
+  );
+  assert.match(String(b.detail), /other\.test/);
+  problem(await call({ method: "GET", url: "/v1/nothing-here" }), 404, "not_found");
+});
+
+test("an id used elsewhere in Caddy's config is a conflict", async (t) => {
+  const { caddy, call } = await setup(t);
+  const up = await startUpstream(t, "u");
+  await caddy.admin.write("POST", "/config/apps/http/servers/other", {
+    listen: ["127.0.0.1:0"],
+    routes: [{ "@id": "taken.test", handle: [{ handler: "static_response", body: "x" }] }],
+  });
+  const res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("taken.test", [up.port]),
+  });
+  assert.equal(res.statusCode, 409, res.body);
+});
+
+test("503 while Caddy is down on all four operations, and recovery once it is back", async (t) => {
+  const { caddy, call } = await setup(t);
+  const up = await startUpstream(t, "u");
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("keep.test", [up.port]) }))
+      .statusCode,
+    201,
+  );
+  await caddy.stop();
+  for (const [method, url, payload] of [
+    ["GET", "/v1/proxy/routes", undefined],
+    ["POST", "/v1/proxy/routes", route("new.test", [up.port])],
+    ["PUT", "/v1/proxy/routes/keep.test", route("keep.test", [up.port])],
+    ["DELETE", "/v1/proxy/routes/keep.test", undefined],
+  ] as const) {
+    const res = await call({ method, url, payload });
+    assert.equal(res.statusCode, 503, `${method} ${res.body}`);
+    assert.equal(res.json().code, "proxy_unavailable");
+  }
+  assert.equal((await call({ method: "GET", url: "/healthz" })).statusCode, 200);
+  await caddy.start();
+  // The restarted Caddy loaded its start config (routes made through the API were not persisted in tests).
+  const res = await call({ method: "POST", url: "/v1/proxy/routes", payload: route("new.test", [up.port]) });
+  assert.equal(res.statusCode, 201, res.body);
+  assert.equal((await viaProxy(caddy.httpPort, "new.test")).body, "u");
+});
+
+test("50 concurrent creates of distinct domains all succeed and each appears once", async (t) => {
+  const { caddy, call } = await setup(t);
+  const up = await startUpstream(t, "u");
+  const results = await Promise.all(
+    Array.from({ length: 50 }, (_, i) =>
+      call({ method: "POST", url: "/v1/proxy/routes", payload: route(`c${i}.bulk.test`, [up.port]) }),
+    ),
+  );
+  assert.deepEqual(
+    results.map((r) => r.statusCode),
+    Array(50).fill(201),
+  );
+  const res = await caddy.admin.read("/config/apps/http/servers/srv0/routes");
+  const ids = (JSON.parse(res.text) as { "@id": string }[]).map((r) => r["@id"]).sort();
+  assert.deepEqual(ids, Array.from({ length: 50 }, (_, i) => `c${i}.bulk.test`).sort());
+  assert.equal((await viaProxy(caddy.httpPort, "c49.bulk.test")).body, "u");
+});
+
+test("on a Caddy with an empty config the first create makes the managed server", async (t) => {
+  const caddy = await startCaddy(t, { withServer: false });
+  const { call } = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    HOSTKEEPER_CADDY_SERVER: "edge",
+    HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${caddy.httpPort}`,
+  });
+  const up = await startUpstream(t, "u");
+  assert.deepEqual((await call({ method: "GET", url: "/v1/proxy/routes" })).json(), []);
+  const res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("first.test", [up.port]),
+  });
+  assert.equal(res.statusCode, 201, res.body);
+  const server = JSON.parse((await caddy.admin.read("/config/apps/http/servers/edge")).text);
+  assert.deepEqual(server.listen, [`127.0.0.1:${caddy.httpPort}`]);
+  assert.equal(server.routes[0]["@id"], "first.test");
+  // The admin endpoint stayed where it was.
+  assert.equal(
+    (await caddy.admin.read("/config/admin/listen")).text.trim(),
+    JSON.stringify(new URL(caddy.adminUrl).host),
+  );
+});
+
+test("the OpenAPI document describes every proxy operation with its bodies and problems", async (t) => {
+  const { call } = await setup(t);
+  const res = await call({ method: "GET", url: "/v1/openapi.json" });
+  assert.equal(res.statusCode, 200);
+  const doc = res.json();
+  assert.equal(doc.openapi, "3.1.0");
+  const routes = doc.paths["/v1/proxy/routes"];
+  const one = doc.paths["/v1/proxy/routes/{route_id}"];
+  assert.ok(routes.get.responses["200"] && routes.get.responses["503"]);
+  assert.ok(
+    routes.post.requestBody &&
+      routes.post.responses["201"] &&
+      routes.post.responses["409"] &&
+      routes.post.responses["400"],
+  );
+  for (const s of ["200", "400", "401", "403", "404", "503"]) assert.ok(one.put.responses[s], `PUT ${s}`);
+  for (const s of ["204", "403", "404", "503"]) assert.ok(one.delete.responses[s], `DELETE ${s}`);
+  assert.ok(
+    doc.components.schemas.Problem && doc.components.schemas.Route && doc.components.schemas.Upstream,
+  );
+  assert.ok(doc.components.securitySchemes.bearer);
+});
