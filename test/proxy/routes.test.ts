@@ -185,17 +185,15 @@ test("route_backup reaches the callback signed, with the previous state, before 
     assert.equal(w.json.type, "route_backup");
     assert.equal(w.json.data.route_id, "cb.test");
   }
-  const [c, r, d] = rx.received.map((w) => w.json.data);
-  assert.equal(c?.operation, "create");
-  assert.equal(c?.previous_route, null);
-  assert.equal(r?.operation, "replace");
-  assert.deepEqual((r?.previous_route as { handle: { upstreams: unknown }[] }).handle[0]?.upstreams, [
-    { dial: `127.0.0.1:${up.port}` },
-  ]);
-  assert.equal(d?.operation, "delete");
-  assert.deepEqual((d?.previous_route as { handle: { upstreams: unknown }[] }).handle[0]?.upstreams, [
-    { dial: `127.0.0.1:${up2.port}` },
-  ]);
+  const upstreamsOf = (prev: unknown) => (prev as { handle: { upstreams: unknown }[] }).handle[0]?.upstreams;
+  const [c, r, d] = rx.received.map((w) => w.json.data) as Record<string, unknown>[];
+  assert.ok(c && r && d);
+  assert.equal(c.operation, "create");
+  assert.equal(c.previous_route, null);
+  assert.equal(r.operation, "replace");
+  assert.deepEqual(upstreamsOf(r.previous_route), [{ dial: `127.0.0.1:${up.port}` }]);
+  assert.equal(d.operation, "delete");
+  assert.deepEqual(upstreamsOf(d.previous_route), [{ dial: `127.0.0.1:${up2.port}` }]);
 });
 
 test("a receiver that is down does not block the change and gets the event later", async (t) => {
