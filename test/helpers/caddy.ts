@@ -34,7 +34,7 @@ export interface TestCaddy {
 export interface TestCaddyOptions {
   /** Pre-create `srv0` listening on a loopback port with automatic HTTPS off; default true. */
   withServer?: boolean;
-  /** Extra top-level config merged in (e.g. other apps). */
+  /** Extra top-level config; `apps` entries are added beside the pre-made http app. */
   extra?: Record<string, unknown>;
 }
 
@@ -61,20 +61,23 @@ export async function startCaddy(
   const dir = mkdtempSync(join(tmpdir(), "hk-caddy-"));
   const adminPort = await freePort();
   const httpPort = await freePort();
-  const config: Record<string, unknown> = {
-    admin: { listen: `127.0.0.1:${adminPort}`, config: { persist: false } },
+  const { apps: extraApps, ...extraTop } = opts.extra ?? {};
+  const apps: Record<string, unknown> = {
     ...(opts.withServer === false
       ? {}
       : {
-          apps: {
-            http: {
-              servers: {
-                srv0: { listen: [`127.0.0.1:${httpPort}`], automatic_https: { disable: true }, routes: [] },
-              },
+          http: {
+            servers: {
+              srv0: { listen: [`127.0.0.1:${httpPort}`], automatic_https: { disable: true }, routes: [] },
             },
           },
         }),
-    ...opts.extra,
+    ...(extraApps as Record<string, unknown> | undefined),
+  };
+  const config: Record<string, unknown> = {
+    admin: { listen: `127.0.0.1:${adminPort}`, config: { persist: false } },
+    ...(Object.keys(apps).length > 0 ? { apps } : {}),
+    ...extraTop,
   };
   const configPath = join(dir, "config.json");
   writeFileSync(configPath, JSON.stringify(config));

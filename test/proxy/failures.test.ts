@@ -1,0 +1,200 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, renameSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { CaddyUnavailableError } from "../../src/proxy/caddy-admin.js";
+import { buildTestApp } from "../helpers/app.js";
+import { freePort, startCaddy } from "../helpers/caddy.js";
+import { startReceiver, startUpstream, viaProxy } from "../helpers/http.js";
+
+const route = (domain: string, port: number) => ({ domain, upstreams: [{ dial: `127.0.0.1:${port}` }] });
+const reset = () =>
+  new CaddyUnavailableError("Caddy admin API broke off: socket hang up", {
+    cause: Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }),
+  });
+
+test("a change Caddy refuses leaves the previous route serving traffic", async (t) => {
+  // Caddy re-reads TLS certificate files on every config change; a file that vanished makes it refuse
+  // any change while the running config keeps serving: a real refusal, not a simulated one.
+  const dir = mkdtempSync(join(tmpdir(), "hk-tls-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  execFileSync(
+    "openssl",
+    [
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:P-256",
+      "-nodes",
+      "-keyout",
+      join(dir, "k.pem"),
+      "-out",
+      join(dir, "c.pem"),
+      "-days",
+      "1",
+      "-subj",
+      "/CN=refuse.test",
+    ],
+    { stdio: "ignore" },
+  );
+  const caddy = await startCaddy(t, {
+    extra: {
+      apps: {
+        tls: { certificates: { load_files: [{ certificate: join(dir, "c.pem"), key: join(dir, "k.pem") }] } },
+      },
+    },
+  });
+  const { call, app } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
+  const old = await startUpstream(t, "old");
+  const next = await startUpstream(t, "new");
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("refuse.test", old.port) }))
+      .statusCode,
+    201,
+  );
+
+  renameSync(join(dir, "c.pem"), join(dir, "c.pem.away"));
+  const put = await call({
+    method: "PUT",
+    url: "/v1/proxy/routes/refuse.test",
+    payload: route("refuse.test", next.port),
+  });
+  assert.equal(put.statusCode, 503, put.body);
+  assert.equal(put.json().code, "proxy_rejected_change");
+  assert.match(put.json().detail, /c\.pem/);
+  assert.equal((await viaProxy(caddy.httpPort, "refuse.test")).body, "old");
+  const del = await call({ method: "DELETE", url: "/v1/proxy/routes/refuse.test" });
+  assert.equal(del.statusCode, 503);
+  assert.equal((await viaProxy(caddy.httpPort, "refuse.test")).body, "old");
+  const rows = app.services.db.prepare("SELECT operation, outcome FROM route_changes ORDER BY id").all();
+  assert.deepEqual(rows, [
+    { operation: "create", outcome: "applied" },
+    { operation: "replace", outcome: "failed" },
+    { operation: "delete", outcome: "failed" },
+  ]);
+
+  renameSync(join(dir, "c.pem.away"), join(dir, "c.pem"));
+  assert.equal(
+    (
+      await call({
+        method: "PUT",
+        url: "/v1/proxy/routes/refuse.test",
+        payload: route("refuse.test", next.port),
+      })
+    ).statusCode,
+    200,
+  );
+  assert.equal((await viaProxy(caddy.httpPort, "refuse.test")).body, "new");
+});
+
+test("a write that fails after Caddy may have changed is rolled back to the captured state", async (t) => {
+  const caddy = await startCaddy(t);
+  const { call, app } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
+  const old = await startUpstream(t, "old");
+  const next = await startUpstream(t, "new");
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("rb.test", old.port) })).statusCode,
+    201,
+  );
+
+  // The connection breaking after Caddy applied the write cannot be caused on demand: simulate that one step.
+  const admin = app.services.writer.admin;
+  const realWrite = admin.write.bind(admin);
+  let calls = 0;
+  t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
+    calls++;
+    await realWrite(...args);
+    if (calls === 1) throw reset();
+  });
+  const put = await call({
+    method: "PUT",
+    url: "/v1/proxy/routes/rb.test",
+    payload: route("rb.test", next.port),
+  });
+  assert.equal(put.statusCode, 503, put.body);
+  assert.equal(put.json().code, "proxy_unavailable");
+  assert.match(put.json().detail, /restored/);
+  assert.equal((await viaProxy(caddy.httpPort, "rb.test")).body, "old");
+  const row = app.services.db.prepare("SELECT outcome FROM route_changes WHERE operation = 'replace'").get();
+  assert.deepEqual(row, { outcome: "rolled_back" });
+});
+
+test("when the rollback fails too, the answer says so and carries the captured state", async (t) => {
+  const caddy = await startCaddy(t);
+  const { call, app } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
+  const old = await startUpstream(t, "old");
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("rbf.test", old.port) }))
+      .statusCode,
+    201,
+  );
+  const admin = app.services.writer.admin;
+  const realWrite = admin.write.bind(admin);
+  let calls = 0;
+  t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
+    calls++;
+    if (calls === 1) await realWrite(...args);
+    throw reset();
+  });
+  const del = await call({ method: "DELETE", url: "/v1/proxy/routes/rbf.test" });
+  assert.equal(del.statusCode, 503, del.body);
+  const body = del.json();
+  assert.equal(body.code, "proxy_rollback_failed");
+  assert.equal(body.captured_state["@id"], "rbf.test");
+  assert.deepEqual(body.captured_state.handle[0].upstreams, [{ dial: `127.0.0.1:${old.port}` }]);
+  assert.ok(calls >= 2, "a restore was attempted");
+});
+
+test("callbacks to denied addresses are refused at connect time, not only at parse time", async (t) => {
+  const caddy = await startCaddy(t);
+  const { call, app } = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    HOSTKEEPER_WEBHOOK_DENY_CIDRS: "127.0.0.1/32,::1/128,169.254.0.0/16",
+    HOSTKEEPER_WEBHOOK_RETRY_SCHEDULE: "60",
+  });
+  const up = await startUpstream(t, "u");
+  const rx = await startReceiver(t);
+  // A name passes the parse-time check; the address it resolves to is what gets refused.
+  const res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: { ...route("deny.test", up.port), callback_url: `http://localhost:${rx.port}/hook` },
+  });
+  assert.equal(res.statusCode, 201, res.body);
+  assert.equal(rx.received.length, 0);
+  const attempt = app.services.db.prepare("SELECT error FROM outbox_attempts").get() as { error: string };
+  assert.match(attempt.error, /denied/);
+  // An IP literal in the deny list is refused when the request is made.
+  const lit = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: { ...route("deny2.test", up.port), callback_url: `http://127.0.0.1:${rx.port}/hook` },
+  });
+  assert.equal(lit.statusCode, 400);
+});
+
+test("events still pending when the agent stops are delivered after it starts again", async (t) => {
+  const caddy = await startCaddy(t);
+  const dataDir = mkdtempSync(join(tmpdir(), "hk-data-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const port = await freePort();
+  const env = { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl, HOSTKEEPER_WEBHOOK_RETRY_SCHEDULE: "1,1,1" };
+  const up = await startUpstream(t, "u");
+  const first = await buildTestApp(t, env, { dataDir });
+  const res = await first.call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: { ...route("later.test", up.port), callback_url: `http://127.0.0.1:${port}/hook` },
+  });
+  assert.equal(res.statusCode, 201);
+  await first.app.close();
+
+  const rx = await startReceiver(t, { port });
+  await buildTestApp(t, env, { dataDir });
+  await rx.waitFor(1, 10_000);
+  assert.equal(rx.received[0]?.json.data.route_id, "later.test");
+});

@@ -1,0 +1,190 @@
+import assert from "node:assert/strict";
+import { type ChildProcess, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import http from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { projectRoot } from "../src/paths.js";
+import { freePort } from "./helpers/caddy.js";
+import { startUpstream } from "./helpers/http.js";
+
+interface Agent {
+  child: ChildProcess;
+  port: number;
+  log: () => string;
+  exited: Promise<number | null>;
+}
+
+function request(
+  port: number,
+  method: string,
+  path: string,
+  token?: string,
+  body?: unknown,
+): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    const req = http.request(
+      {
+        host: "127.0.0.1",
+        port,
+        method,
+        path,
+        agent: false,
+        headers: {
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+          ...(payload
+            ? { "content-type": "application/json", "content-length": String(Buffer.byteLength(payload)) }
+            : {}),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
+      },
+    );
+    req.on("error", reject);
+    req.end(payload);
+  });
+}
+
+async function startAgent(
+  t: { after: (fn: () => unknown) => void },
+  env: Record<string, string>,
+): Promise<Agent> {
+  const port = await freePort();
+  const child = spawn(process.execPath, [join(projectRoot(), "dist/src/server.js")], {
+    env: {
+      PATH: process.env.PATH,
+      HOSTKEEPER_LISTEN: `127.0.0.1:${port}`,
+      HOSTKEEPER_LOG_LEVEL: "info",
+      ...env,
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let log = "";
+  child.stdout?.on("data", (d: Buffer) => {
+    log += d.toString();
+  });
+  child.stderr?.on("data", (d: Buffer) => {
+    log += d.toString();
+  });
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  t.after(() => {
+    if (child.exitCode === null && child.signalCode === null) process.kill(child.pid as number, "SIGKILL");
+  });
+  const end = Date.now() + 20_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`agent exited: ${log}`);
+    try {
+      if ((await request(port, "GET", "/healthz")).status === 200) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > end) throw new Error(`agent did not start: ${log}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { child, port, log: () => log, exited };
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+test("embedded defaults: generated token, own Caddy that outlives the agent, routes that survive restarts, graceful stop", async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), "hk-server-"));
+  const httpPort = await freePort();
+  const env = { HOSTKEEPER_DATA_DIR: dataDir, HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${httpPort}` };
+  const pidFile = join(dataDir, "caddy", "caddy.pid");
+  t.after(() => {
+    if (existsSync(pidFile)) {
+      const pid = Number(readFileSync(pidFile, "utf8"));
+      if (pid > 0 && alive(pid)) process.kill(pid, "SIGKILL");
+    }
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  let agent = await startAgent(t, env);
+  const tokenPath = join(dataDir, "token");
+  const token = readFileSync(tokenPath, "utf8").trim();
+  assert.equal(statSync(tokenPath).mode & 0o777, 0o600);
+  assert.ok(agent.log().includes(tokenPath), "the log names the token file");
+  assert.ok(!agent.log().includes(token), "the log never shows the token");
+  assert.equal((await request(agent.port, "GET", "/v1/proxy/routes")).status, 401);
+
+  const up = await startUpstream(t, "u");
+  const created = await request(agent.port, "POST", "/v1/proxy/routes", token, {
+    domain: "embedded.test",
+    upstreams: [{ dial: `127.0.0.1:${up.port}` }],
+  });
+  assert.equal(created.status, 201, created.body);
+  const caddyPid = Number(readFileSync(pidFile, "utf8"));
+  assert.ok(alive(caddyPid));
+
+  // SIGTERM while a request is in flight (its callback receiver answers slowly): the request completes.
+  const slowServer = http.createServer((req, res) => {
+    req.resume();
+    setTimeout(() => res.writeHead(200).end(), 1200);
+  });
+  await new Promise<void>((r) => slowServer.listen(0, "127.0.0.1", r));
+  t.after(() => {
+    slowServer.closeAllConnections();
+    slowServer.close();
+  });
+  const slowPort = (slowServer.address() as { port: number }).port;
+  const inflight = request(agent.port, "POST", "/v1/proxy/routes", token, {
+    domain: "inflight.test",
+    upstreams: [{ dial: `127.0.0.1:${up.port}` }],
+    callback_url: `http://127.0.0.1:${slowPort}/hook`,
+  });
+  await new Promise((r) => setTimeout(r, 300));
+  process.kill(agent.child.pid as number, "SIGTERM");
+  assert.equal((await inflight).status, 201);
+  assert.equal(await agent.exited, 0);
+  assert.ok(alive(caddyPid), "Caddy keeps running when the agent stops");
+
+  // Restart: the running Caddy is adopted.
+  agent = await startAgent(t, env);
+  let ids = JSON.parse((await request(agent.port, "GET", "/v1/proxy/routes", token)).body).map(
+    (r: { "@id": string }) => r["@id"],
+  );
+  assert.deepEqual(ids.sort(), ["embedded.test", "inflight.test"]);
+  process.kill(agent.child.pid as number, "SIGTERM");
+  await agent.exited;
+
+  // Caddy gone too: the next start resumes Caddy's autosaved config, so the routes come back.
+  process.kill(caddyPid, "SIGKILL");
+  while (alive(caddyPid)) await new Promise((r) => setTimeout(r, 20));
+  agent = await startAgent(t, env);
+  ids = JSON.parse((await request(agent.port, "GET", "/v1/proxy/routes", token)).body).map(
+    (r: { "@id": string }) => r["@id"],
+  );
+  assert.deepEqual(ids.sort(), ["embedded.test", "inflight.test"]);
+  assert.notEqual(Number(readFileSync(pidFile, "utf8")), caddyPid);
+  process.kill(agent.child.pid as number, "SIGTERM");
+  assert.equal(await agent.exited, 0);
+});
+
+test("with HOSTKEEPER_CADDY_ADMIN set and unreachable, the agent starts no Caddy and answers 503 for routes only", async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), "hk-server-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const dead = await freePort();
+  const token = "server-test-token-0123456789";
+  const agent = await startAgent(t, {
+    HOSTKEEPER_DATA_DIR: dataDir,
+    HOSTKEEPER_CADDY_ADMIN: `http://127.0.0.1:${dead}`,
+    HOSTKEEPER_TOKEN: token,
+  });
+  assert.equal((await request(agent.port, "GET", "/v1/proxy/routes", token)).status, 503);
+  assert.equal((await request(agent.port, "GET", "/v1/openapi.json", token)).status, 200);
+  assert.equal(existsSync(join(dataDir, "caddy")), false);
+  process.kill(agent.child.pid as number, "SIGTERM");
+  assert.equal(await agent.exited, 0);
+});
