@@ -324,12 +324,14 @@ export class RouteWriter {
     const state = await this.readState();
     if (!state.serverExists) return "the managed server is missing after the change";
     const byId = new Map(state.routes.map((r) => [r["@id"], r]));
-    for (const { op } of p.applied) {
-      const got = byId.get(opId(op));
+    // Within a batch only the last change to an id decides what Caddy must hold for it.
+    const last = new Map(p.applied.map(({ op }) => [opId(op), op]));
+    for (const [id, op] of last) {
+      const got = byId.get(id);
       if (op.kind === "delete") {
-        if (got) return `route ${op.id} is still present after its deletion`;
+        if (got) return `route ${id} is still present after its deletion`;
       } else if (!got || canonicalJson(got) !== canonicalJson(op.route)) {
-        return `route ${opId(op)} does not read back as written`;
+        return `route ${id} does not read back as written`;
       }
     }
     this.cache = state;

@@ -1,0 +1,161 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { ApiError } from "../../src/http/errors.js";
+import { CaddyApiError } from "../../src/proxy/caddy-admin.js";
+import { canonicalJson } from "../../src/proxy/plan.js";
+import { buildTestApp } from "../helpers/app.js";
+import { startCaddy } from "../helpers/caddy.js";
+import { startReceiver, startUpstream } from "../helpers/http.js";
+
+type Call = () => Promise<unknown>;
+const route = (domain: string, port: number, callback_url?: string) => ({
+  domain,
+  upstreams: [{ dial: `127.0.0.1:${port}` }],
+  ...(callback_url ? { callback_url } : {}),
+});
+
+/** Runs calls that reach the writer in this order, returning each one's status (or problem code). */
+async function outcomes(calls: Call[]): Promise<(string | number)[]> {
+  const settled = await Promise.allSettled(calls.map((c) => c()));
+  return settled.map((s) =>
+    s.status === "fulfilled" ? "ok" : s.reason instanceof ApiError ? s.reason.code : String(s.reason),
+  );
+}
+
+async function setup(t: import("node:test").TestContext) {
+  const caddy = await startCaddy(t);
+  const h = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
+  const admin = h.app.services.writer.admin;
+  const realWrite = admin.write.bind(admin);
+  const writes: string[] = [];
+  // A spy, not a stand-in: every write still goes to Caddy; it only counts them.
+  t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
+    writes.push(`${args[0]} ${args[1]}`);
+    return realWrite(...args);
+  });
+  const routesOf = async () =>
+    JSON.parse((await caddy.admin.read("/config/apps/http/servers/srv0/routes")).text) as unknown[];
+  return { caddy, ...h, writes, routesOf, svc: h.app.services.routes };
+}
+
+test("changes that wait for the writer go to Caddy as one change, each with its own outcome and backup", async (t) => {
+  const batched = await setup(t);
+  const sequential = await setup(t);
+  const a = await startUpstream(t, "a");
+  const b = await startUpstream(t, "b");
+  const rx = await startReceiver(t);
+
+  const script = (s: typeof batched, cb?: string): Call[] => [
+    () => s.svc.create(route("blocker.test", a.port)),
+    () => s.svc.create(route("c.test", a.port, cb)),
+    () => s.svc.create(route("c.test", b.port, cb)),
+    () => s.svc.delete("c.test", cb),
+    () => s.svc.create(route("d.test", a.port, cb)),
+    () => s.svc.replace("a.test", route("a.test", b.port, cb)),
+    () => s.svc.delete("b.test", cb),
+    () => s.svc.replace("zz.test", route("zz.test", a.port, cb)),
+    () => s.svc.delete("a.test", cb),
+    () => s.svc.create(route("a.test", a.port, cb)),
+  ];
+  for (const s of [batched, sequential]) {
+    await s.svc.create(route("a.test", a.port));
+    await s.svc.create(route("b.test", a.port));
+  }
+  batched.writes.length = 0;
+
+  // Called back to back, so they reach the writer in this order: the first goes alone, the rest wait for it.
+  const got = await outcomes(script(batched, rx.url));
+  const expected = ["ok", "ok", "route_exists", "ok", "ok", "ok", "ok", "route_not_found", "ok", "ok"];
+  assert.deepEqual(got, expected);
+  assert.equal(
+    batched.writes.length,
+    2,
+    `one write for the first change, one for the batch: ${batched.writes.join(", ")}`,
+  );
+
+  // The same calls one after another give the same answers and the same config.
+  const one: (string | number)[] = [];
+  for (const c of script(sequential)) one.push(...(await outcomes([c])));
+  assert.deepEqual(one, expected);
+  assert.equal(canonicalJson(await batched.routesOf()), canonicalJson(await sequential.routesOf()));
+
+  // Each applied change captured the state it replaced, as it stood after the changes before it.
+  const rows = batched.app.services.db
+    .prepare(
+      "SELECT operation, route_id, previous, outcome FROM route_changes WHERE route_id != 'blocker.test' AND id > 2 ORDER BY id",
+    )
+    .all() as { operation: string; route_id: string; previous: string | null; outcome: string }[];
+  const upstream = (p: string | null) =>
+    p === null
+      ? null
+      : (JSON.parse(p) as { handle: { upstreams: { dial: string }[] }[] }).handle[0]?.upstreams[0]?.dial;
+  assert.deepEqual(
+    rows.map((r) => [r.operation, r.route_id, upstream(r.previous), r.outcome]),
+    [
+      ["create", "c.test", null, "applied"],
+      ["delete", "c.test", `127.0.0.1:${a.port}`, "applied"],
+      ["create", "d.test", null, "applied"],
+      ["replace", "a.test", `127.0.0.1:${a.port}`, "applied"],
+      ["delete", "b.test", `127.0.0.1:${a.port}`, "applied"],
+      ["delete", "a.test", `127.0.0.1:${b.port}`, "applied"],
+      ["create", "a.test", null, "applied"],
+    ],
+  );
+  // ... and sent it as its own route_backup event.
+  assert.deepEqual(
+    rx.received.map((w) => [w.json.data.operation, w.json.data.route_id]),
+    rows.map((r) => [r.operation, r.route_id]),
+  );
+  assert.equal(new Set(rx.received.map((w) => w.headers["webhook-id"])).size, rows.length);
+});
+
+test("a batch Caddy refuses is split so only the refused change fails, with the answer it gets alone", async (t) => {
+  const { svc, app, routesOf, writes } = await setup(t);
+  const up = await startUpstream(t, "u");
+  // No route the API can build makes Caddy refuse it on its own (the API validates what Caddy does not),
+  // so this one refusal is simulated: Caddy "refuses" any config carrying the poison route.
+  const admin = app.services.writer.admin;
+  const spied = admin.write.bind(admin);
+  t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
+    if (JSON.stringify(args[2] ?? null).includes("poison.test"))
+      throw new CaddyApiError(
+        400,
+        "loading new config: http app module: provision http: route poison.test refused",
+      );
+    return spied(...args);
+  });
+  writes.length = 0;
+  const got = await outcomes([
+    () => svc.create(route("blocker.test", up.port)),
+    () => svc.create(route("p1.test", up.port)),
+    () => svc.create(route("p2.test", up.port)),
+    () => svc.create(route("poison.test", up.port)),
+    () => svc.create(route("p3.test", up.port)),
+    () => svc.delete("p1.test", undefined),
+    () => svc.create(route("p4.test", up.port)),
+  ]);
+  assert.deepEqual(got, ["ok", "ok", "ok", "proxy_rejected_change", "ok", "ok", "ok"]);
+  const ids = (await routesOf()).map((r) => (r as { "@id": string })["@id"]);
+  assert.deepEqual(ids, ["blocker.test", "p2.test", "p3.test", "p4.test"]);
+  assert.deepEqual(await outcomes([() => svc.create(route("poison.test", up.port))]), [
+    "proxy_rejected_change",
+  ]);
+  const outcomesInDb = app.services.db
+    .prepare("SELECT outcome FROM route_changes WHERE route_id = 'poison.test'")
+    .all();
+  assert.deepEqual(outcomesInDb, [{ outcome: "failed" }, { outcome: "failed" }]);
+});
+
+test("a single change on an idle writer goes straight to Caddy as one targeted write", async (t) => {
+  const { svc, writes } = await setup(t);
+  const up = await startUpstream(t, "u");
+  writes.length = 0;
+  await svc.create(route("solo.test", up.port));
+  await svc.replace("solo.test", route("solo.test", up.port));
+  await svc.delete("solo.test", undefined);
+  assert.deepEqual(writes, [
+    "POST /config/apps/http/servers/srv0/routes",
+    "PATCH /config/apps/http/servers/srv0/routes/0",
+    "DELETE /config/apps/http/servers/srv0/routes/0",
+  ]);
+});
