@@ -21,6 +21,9 @@ export type PlanOutcome =
 export const opId = (op: Op): string => (op.kind === "create" || op.kind === "put" ? op.route["@id"] : op.id);
 
 function hostMatches(pattern: string, host: string): boolean {
+  // Runs over every route for every create: compare whole strings unless the pattern has a wildcard.
+  if (!pattern.includes("*"))
+    return pattern.length === host.length && pattern.toLowerCase() === host.toLowerCase();
   const p = pattern.toLowerCase().split(".");
   const h = host.toLowerCase().split(".");
   if (p.length !== h.length) return false;
