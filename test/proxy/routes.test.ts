@@ -492,3 +492,37 @@ test("the OpenAPI document describes every proxy operation with its bodies and p
   );
   assert.ok(doc.components.securitySchemes.bearer);
 });
+
+test("a change made to Caddy behind the agent's back is picked up (If-Match 412, re-read, re-apply)", async (t) => {
+  const { caddy, call, app } = await setup(t);
+  const up = await startUpstream(t, "u");
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("one.test", [up.port]) }))
+      .statusCode,
+    201,
+  );
+  await caddy.admin.write("POST", "/config/apps/http/servers/srv0/routes", {
+    "@id": "outside.test",
+    match: [{ host: ["outside.test"] }],
+    handle: [{ handler: "static_response", body: "outside" }],
+  });
+  const statuses: number[] = [];
+  const admin = app.services.writer.admin;
+  const realRaw = admin.raw.bind(admin);
+  t.mock.method(admin, "raw", async (...args: Parameters<typeof admin.raw>) => {
+    const res = await realRaw(...args);
+    if (args[0] !== "GET") statuses.push(res.status);
+    return res;
+  });
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("two.test", [up.port]) }))
+      .statusCode,
+    201,
+  );
+  assert.deepEqual(statuses, [412, 200], "the stale write was refused, the re-applied one landed");
+  const ids = (await call({ method: "GET", url: "/v1/proxy/routes" }))
+    .json()
+    .map((r: { "@id": string }) => r["@id"]);
+  assert.deepEqual(ids, ["one.test", "outside.test", "two.test"]);
+  assert.equal((await viaProxy(caddy.httpPort, "outside.test")).body, "outside");
+});
