@@ -8,56 +8,27 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { projectRoot } from "../src/paths.js";
 import { fetchedCaddyBinary } from "../src/proxy/settings.js";
 import { freePort } from "../test/helpers/caddy.js";
+import { httpRequest } from "../test/helpers/http.js";
 
 const TOKEN = "bench-token-0123456789abcdef";
 const SIZES = (process.env.BENCH_SIZES ?? "1000,5000").split(",").map(Number);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 15);
 const UPSTREAM = "127.0.0.1:9";
 
-interface Res {
-  status: number;
-  body: string;
-}
+type Res = Awaited<ReturnType<typeof httpRequest>>;
 
-function call(
+const call = (
   port: number,
   method: string,
   path: string,
   body?: unknown,
   headers: Record<string, string> = {},
-): Promise<Res> {
-  return new Promise((resolve, reject) => {
-    const payload = body === undefined ? undefined : JSON.stringify(body);
-    const req = http.request(
-      {
-        host: "127.0.0.1",
-        port,
-        method,
-        path,
-        agent: false,
-        headers: {
-          ...headers,
-          ...(payload === undefined
-            ? {}
-            : { "content-type": "application/json", "content-length": String(Buffer.byteLength(payload)) }),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
-      },
-    );
-    req.on("error", reject);
-    req.end(payload);
-  });
-}
+) => httpRequest(port, method, path, { body, headers });
 
 const expect = (r: Res, status: number, what: string) => {
   if (r.status !== status)

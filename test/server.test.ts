@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { projectRoot } from "../src/paths.js";
 import { freePort } from "./helpers/caddy.js";
-import { startUpstream } from "./helpers/http.js";
+import { httpRequest, startUpstream } from "./helpers/http.js";
 
 interface Agent {
   child: ChildProcess;
@@ -16,39 +16,8 @@ interface Agent {
   exited: Promise<number | null>;
 }
 
-function request(
-  port: number,
-  method: string,
-  path: string,
-  token?: string,
-  body?: unknown,
-): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const payload = body === undefined ? undefined : JSON.stringify(body);
-    const req = http.request(
-      {
-        host: "127.0.0.1",
-        port,
-        method,
-        path,
-        agent: false,
-        headers: {
-          ...(token ? { authorization: `Bearer ${token}` } : {}),
-          ...(payload
-            ? { "content-type": "application/json", "content-length": String(Buffer.byteLength(payload)) }
-            : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
-      },
-    );
-    req.on("error", reject);
-    req.end(payload);
-  });
-}
+const request = (port: number, method: string, path: string, token?: string, body?: unknown) =>
+  httpRequest(port, method, path, { body, headers: token ? { authorization: `Bearer ${token}` } : {} });
 
 async function startAgent(
   t: { after: (fn: () => unknown) => void },

@@ -70,6 +70,18 @@ export function plan(
   const outcomes: PlanOutcome[] = [];
   const applied: Plan["applied"] = [];
   ops.forEach((op, index) => {
+    const insert = (route: RouteJson) => {
+      const pos = insertionIndex(routes, route);
+      routes.splice(pos, 0, route);
+      outcomes.push({ ok: true, previous: null, route });
+      applied.push({ index, op, at: pos, wasPresent: false });
+    };
+    const replaceAt = (at: number, route: RouteJson) => {
+      const previous = routes[at] ?? null;
+      routes[at] = route;
+      outcomes.push({ ok: true, previous, route });
+      applied.push({ index, op, at, wasPresent: true });
+    };
     const id = opId(op);
     const at = routes.findIndex((r) => r["@id"] === id);
     switch (op.kind) {
@@ -78,35 +90,17 @@ export function plan(
           outcomes.push({ ok: false, reason: "exists" });
           return;
         }
-        const pos = insertionIndex(routes, op.route);
-        routes.splice(pos, 0, op.route);
-        outcomes.push({ ok: true, previous: null, route: op.route });
-        applied.push({ index, op, at: pos, wasPresent: false });
+        insert(op.route);
         return;
       }
       case "put": {
-        if (at === -1) {
-          const pos = insertionIndex(routes, op.route);
-          routes.splice(pos, 0, op.route);
-          outcomes.push({ ok: true, previous: null, route: op.route });
-          applied.push({ index, op, at: pos, wasPresent: false });
-        } else {
-          const previous = routes[at] ?? null;
-          routes[at] = op.route;
-          outcomes.push({ ok: true, previous, route: op.route });
-          applied.push({ index, op, at, wasPresent: true });
-        }
+        if (at === -1) insert(op.route);
+        else replaceAt(at, op.route);
         return;
       }
       case "replace": {
-        if (at === -1) {
-          outcomes.push({ ok: false, reason: "not_found" });
-          return;
-        }
-        const previous = routes[at] ?? null;
-        routes[at] = op.route;
-        outcomes.push({ ok: true, previous, route: op.route });
-        applied.push({ index, op, at, wasPresent: true });
+        if (at === -1) outcomes.push({ ok: false, reason: "not_found" });
+        else replaceAt(at, op.route);
         return;
       }
       case "delete": {

@@ -5,6 +5,18 @@ import { RouteDeleteRequestSchema, RouteIdParamsSchema, type RouteWriteRequest }
 import type { RouteService } from "./service.js";
 
 const RouteRef = Type.Ref("Route");
+/** What replace and delete can answer besides success. */
+const changeProblems = problemResponses(
+  "validation_failed",
+  "malformed_body",
+  "operator_route_immutable",
+  "route_not_found",
+  "payload_too_large",
+  "unsupported_media_type",
+  "proxy_unavailable",
+  "proxy_rejected_change",
+  "proxy_rollback_failed",
+);
 const json = (schema: unknown, description: string) => ({
   description,
   content: { "application/json": { schema } },
@@ -73,17 +85,7 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
         body: Type.Ref("RouteWriteRequest"),
         response: {
           200: json(RouteRef, "The route as written to Caddy."),
-          ...problemResponses(
-            "validation_failed",
-            "malformed_body",
-            "operator_route_immutable",
-            "route_not_found",
-            "payload_too_large",
-            "unsupported_media_type",
-            "proxy_unavailable",
-            "proxy_rejected_change",
-            "proxy_rollback_failed",
-          ),
+          ...changeProblems,
         },
       },
     },
@@ -102,17 +104,7 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
         body: RouteDeleteRequestSchema,
         response: {
           204: { description: "Deleted.", type: "null" },
-          ...problemResponses(
-            "validation_failed",
-            "malformed_body",
-            "operator_route_immutable",
-            "route_not_found",
-            "payload_too_large",
-            "unsupported_media_type",
-            "proxy_unavailable",
-            "proxy_rejected_change",
-            "proxy_rollback_failed",
-          ),
+          ...changeProblems,
         },
       },
       // The body is optional: no body means no callback.
