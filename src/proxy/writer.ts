@@ -205,12 +205,25 @@ export class RouteWriter {
   private async apply(batch: Pending[], mayRetry: boolean): Promise<void> {
     let state: RoutesState;
     let elsewhere: Set<string>;
+    const fromCache = this.cache !== undefined;
     try {
       state = this.cache ?? (await this.readState());
       elsewhere = await this.idsElsewhere(batch, state);
     } catch (err) {
       this.cache = undefined;
       return this.failAll(batch, failureOf(err));
+    }
+    // A 404 or 409 never reaches Caddy, so no If-Match would catch a stale cache: confirm it on a fresh read.
+    if (
+      fromCache &&
+      plan(
+        state.routes,
+        batch.map((x) => x.req.op),
+        elsewhere,
+      ).outcomes.some((o) => !o.ok)
+    ) {
+      this.cache = undefined;
+      return this.apply(batch, mayRetry);
     }
     const { live, p } = await this.planAndPrepare(batch, state, elsewhere);
     const settle = () =>

@@ -526,3 +526,31 @@ test("a change made to Caddy behind the agent's back is picked up (If-Match 412,
   assert.deepEqual(ids, ["one.test", "outside.test", "two.test"]);
   assert.equal((await viaProxy(caddy.httpPort, "outside.test")).body, "outside");
 });
+
+test("404 and 409 are decided on Caddy's current routes, not on what the agent saw last", async (t) => {
+  const { caddy, call } = await setup(t);
+  const up = await startUpstream(t, "u");
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("gone.test", [up.port]) }))
+      .statusCode,
+    201,
+  );
+  // Removed and added behind the agent's back.
+  await caddy.admin.write("DELETE", "/id/gone.test");
+  await caddy.admin.write("POST", "/config/apps/http/servers/srv0/routes", {
+    "@id": "came.test",
+    match: [{ host: ["came.test"] }],
+    handle: [{ handler: "static_response" }],
+  });
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("gone.test", [up.port]) }))
+      .statusCode,
+    201,
+  );
+  assert.equal(
+    (await call({ method: "PUT", url: "/v1/proxy/routes/came.test", payload: route("came.test", [up.port]) }))
+      .statusCode,
+    200,
+  );
+  assert.equal((await viaProxy(caddy.httpPort, "came.test")).body, "u");
+});
