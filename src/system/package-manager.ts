@@ -68,8 +68,9 @@ export const packageKey = (p: { name: string; arch: string }) => `${p.name}\u000
 export async function applyUpdates(steps: UpgradeSteps, type: UpdateType): Promise<ApplyChanges> {
   const planned = (await steps.check()).filter((u) => type === "full" || u.security);
   const before = await steps.installed();
-  if (planned.some((u) => !u.held)) await steps.upgrade(type);
-  const after = planned.some((u) => !u.held) ? await steps.installed() : before;
+  const anyToInstall = planned.some((u) => !u.held);
+  if (anyToInstall) await steps.upgrade(type);
+  const after = anyToInstall ? await steps.installed() : before;
 
   const changes: ApplyChanges = { upgraded: [], installed: [], removed: [], held_back: [] };
   for (const [key, now] of after) {

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import type { Logger } from "pino";
-import { ApiError } from "../http/errors.js";
+import { ApiError, toApiError } from "../http/errors.js";
 import type { Db, Migration } from "../store/db.js";
 import { busyError } from "./command.js";
 import { Mutex } from "./mutex.js";
@@ -150,14 +150,15 @@ export class SystemService {
         ...times,
       };
     } catch (err) {
-      const problem =
-        err instanceof ApiError
-          ? { code: err.code, detail: err.message }
-          : { code: "internal_error", detail: String(err) };
-      finish("failed", problem, null);
-      if (err instanceof ApiError)
-        throw new ApiError(err.code, err.message, { extensions: { ...err.extensions, apply_id: id } });
-      throw err;
+      // Recorded as the client sees it: an unexpected error's own message stays in the log.
+      const { apiError, unexpected } = toApiError(err as Error);
+      finish("failed", { code: apiError.code, detail: apiError.message }, null);
+      if (unexpected) throw err;
+      throw new ApiError(apiError.code, apiError.message, {
+        errors: apiError.errors,
+        extensions: { ...apiError.extensions, apply_id: id },
+        cause: err,
+      });
     }
   }
 
