@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { exec } from "./processes.js";
+import { exec, nameVersionMap } from "./processes.js";
 
 type After = { after: (fn: () => unknown) => void };
 
@@ -203,13 +203,7 @@ export async function createAptSandbox(
         // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own field syntax
         "-f=${Package} ${Version}\\n",
       ]);
-      return Object.fromEntries(
-        out
-          .trim()
-          .split("\n")
-          .filter(Boolean)
-          .map((l) => l.split(" ") as [string, string]),
-      );
+      return nameVersionMap(out);
     },
   };
   if (opts.install?.length) {

@@ -1,7 +1,7 @@
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { exec } from "./processes.js";
+import { exec, nameVersionMap } from "./processes.js";
 
 type After = { after: (fn: () => unknown) => void };
 
@@ -141,13 +141,7 @@ export async function createDnfRoot(t: After, repo: string, install: readonly st
     dnf: (args) => exec("dnf", [...base, ...args], { env }),
     installed: async () => {
       const out = await sandbox.dnf(["--disablerepo=*", "repoquery", "--installed", "--qf=%{name} %{evr}"]);
-      return Object.fromEntries(
-        out
-          .trim()
-          .split("\n")
-          .filter(Boolean)
-          .map((l) => l.split(" ") as [string, string]),
-      );
+      return nameVersionMap(out);
     },
   };
   if (install.length > 0) await sandbox.dnf(["-y", "install", ...install]);

@@ -22,6 +22,17 @@ export function exec(
   });
 }
 
+/** `name version` lines (as the sandbox helpers query them) as name -> version. */
+export function nameVersionMap(text: string): Record<string, string> {
+  return Object.fromEntries(
+    text
+      .trim()
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => l.split(" ") as [string, string]),
+  );
+}
+
 async function stopByPid(child: ChildProcess): Promise<void> {
   if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
   const exited = once(child, "exit");
