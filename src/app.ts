@@ -16,6 +16,9 @@ import { RouteWriter } from "./proxy/writer.js";
 import type { AppConfig } from "./settings.js";
 import { type Db, openDatabase } from "./store/db.js";
 import { generateToken, generateWebhookSecret, loadOrCreateSecret } from "./store/secrets.js";
+import { registerSystemRoutes } from "./system/routes.js";
+import { createPackageManager } from "./system/select.js";
+import { SystemService, systemMigrations } from "./system/service.js";
 
 export interface AppOptions {
   config: AppConfig;
@@ -35,11 +38,11 @@ declare module "fastify" {
  * `config.proxy.caddyAdmin` must be resolved by now (server.ts starts the embedded Caddy first).
  */
 export async function buildApp({ config, logger }: AppOptions): Promise<App> {
-  const { agent, events, proxy } = config;
+  const { agent, events, proxy, system } = config;
   const caddyAddress = proxy.caddyAdmin;
   if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
 
-  const db = openDatabase(agent.dataDir, [...outboxMigrations, ...proxyMigrations]);
+  const db = openDatabase(agent.dataDir, [...outboxMigrations, ...proxyMigrations, ...systemMigrations]);
   const token = agent.token ?? loadOrCreateSecret(agent.dataDir, "token", generateToken);
   if (typeof token !== "string" && token.created)
     logger.info({ path: token.path }, "generated an API token; read it from this file");
@@ -81,6 +84,15 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
     firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
     log: logger.child({ component: "routes" }),
   });
+  const systemService = new SystemService({
+    db,
+    manager: createPackageManager(system, process.env),
+    lockTimeoutMs: system.lockTimeoutMs,
+    rebootCommand: system.rebootCommand,
+    rebootDelayMs: system.rebootDelayMs,
+    env: process.env,
+    log: logger.child({ component: "system" }),
+  });
   app.decorate("services", { db, outbox, routes, writer });
 
   // JSON is the only body the API takes; anything else is 415 rather than a string failing validation.
@@ -93,10 +105,12 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   app.get("/healthz", { schema: { hide: true } }, async () => ({ status: "ok" }));
   app.get("/v1/openapi.json", { schema: { hide: true } }, async () => app.swagger());
   registerProxyRoutes(app, routes);
+  registerSystemRoutes(app, systemService);
 
   app.addHook("onReady", async () => outbox.start());
   app.addHook("onClose", async () => {
     await outbox.close();
+    await systemService.close();
     db.close();
   });
   return app;

@@ -8,6 +8,7 @@ import {
   type Setting,
 } from "./config.js";
 import { proxySettings } from "./proxy/settings.js";
+import { systemSettings } from "./system/settings.js";
 
 /**
  * The composition of every area's settings. An area adds its group here; the README table and the
@@ -17,6 +18,7 @@ export const settingGroups = {
   agent: agentSettings,
   events: eventSettings,
   proxy: proxySettings,
+  system: systemSettings,
 };
 
 type Groups = typeof settingGroups;

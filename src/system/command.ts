@@ -1,0 +1,152 @@
+import { spawn } from "node:child_process";
+import { setTimeout as sleep } from "node:timers/promises";
+import { ApiError } from "../http/errors.js";
+
+export interface CommandResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+export interface RunOptions {
+  env: NodeJS.ProcessEnv;
+  timeoutMs: number;
+}
+
+/** Output kept per stream; a simulation of a whole distribution upgrade is a few hundred kilobytes. */
+const MAX_OUTPUT = 16 * 1024 * 1024;
+/** After SIGTERM on time-out, how long a command gets to stop before SIGKILL. */
+const KILL_GRACE_MS = 10_000;
+
+function collect(stream: NodeJS.ReadableStream | null): () => string {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  stream?.on("data", (c: Buffer) => {
+    if (size >= MAX_OUTPUT) return;
+    chunks.push(c);
+    size += c.length;
+  });
+  return () => Buffer.concat(chunks).toString("utf8");
+}
+
+/**
+ * Runs a program with an argument array (never a shell). The child gets its own process group, so a
+ * time-out stops it together with what it started (dpkg, rpm scriptlets).
+ */
+export function runCommand(file: string, args: readonly string[], o: RunOptions): Promise<CommandResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(file, args, { env: o.env, stdio: ["ignore", "pipe", "pipe"], detached: true });
+    const stdout = collect(child.stdout);
+    const stderr = collect(child.stderr);
+    let timedOut = false;
+    let killTimer: NodeJS.Timeout | undefined;
+    const signalGroup = (signal: NodeJS.Signals) => {
+      try {
+        if (child.pid !== undefined) process.kill(-child.pid, signal);
+      } catch {
+        // already gone
+      }
+    };
+    const timer = setTimeout(() => {
+      timedOut = true;
+      signalGroup("SIGTERM");
+      killTimer = setTimeout(() => signalGroup("SIGKILL"), KILL_GRACE_MS);
+    }, o.timeoutMs);
+    let settled = false;
+    const finish = (fn: () => void) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      clearTimeout(killTimer);
+      fn();
+    };
+    child.once("error", (err: NodeJS.ErrnoException) =>
+      finish(() =>
+        reject(
+          err.code === "ENOENT"
+            ? new ApiError("package_manager_failed", `${file} is not installed on this host`)
+            : err,
+        ),
+      ),
+    );
+    child.once("close", (code, signal) =>
+      finish(() => {
+        const label = [file, ...args].join(" ");
+        if (timedOut)
+          reject(
+            new ApiError(
+              "package_manager_failed",
+              `${label} did not finish within ${o.timeoutMs / 1000} s and was stopped`,
+            ),
+          );
+        else resolve({ code, signal, stdout: stdout(), stderr: stderr() });
+      }),
+    );
+  });
+}
+
+/** Who holds a package manager's lock, as the manager reported it. */
+export interface LockHolder {
+  pid: number | undefined;
+  name: string | undefined;
+  /** The lock: a file path, or a description. */
+  lock: string;
+}
+
+/** The busy problem, naming the lock and who holds it. */
+export function busyError(holder: LockHolder, waitedMs: number): ApiError {
+  const who =
+    holder.pid === undefined
+      ? "another process"
+      : `process ${holder.pid}${holder.name ? ` (${holder.name})` : ""}`;
+  return new ApiError(
+    "package_manager_busy",
+    `the package manager is busy: ${holder.lock} is held by ${who}; gave up after waiting ${waitedMs / 1000} s`,
+    {
+      extensions: { lock_holder: { pid: holder.pid ?? null, name: holder.name ?? null, lock: holder.lock } },
+    },
+  );
+}
+
+/**
+ * Runs a command that takes the package manager's lock. When the command fails because another program
+ * holds the lock, it is run again (it did nothing yet) until `lockTimeoutMs` has passed; then the busy
+ * problem names the holder. apt's own `DPkg::Lock::Timeout` is not used: it does not cover the lists lock
+ * of `apt-get update`, and after waiting apt no longer says who holds the lock.
+ */
+export async function runWaitingForLock(
+  file: string,
+  args: readonly string[],
+  o: RunOptions & { lockTimeoutMs: number; lockHolder: (r: CommandResult) => LockHolder | undefined },
+): Promise<CommandResult> {
+  const started = Date.now();
+  for (;;) {
+    const r = await runCommand(file, args, o);
+    const holder = r.code === 0 ? undefined : o.lockHolder(r);
+    if (holder === undefined) return r;
+    const left = started + o.lockTimeoutMs - Date.now();
+    if (left <= 0) throw busyError(holder, o.lockTimeoutMs);
+    await sleep(Math.min(500, left));
+  }
+}
+
+/** The problem for a failed command: the manager's own error lines, never its whole output. */
+export function commandFailed(label: string, r: CommandResult, lines: readonly string[]): ApiError {
+  const shown = lines.slice(0, 20).map((l) => (l.length > 500 ? `${l.slice(0, 500)}...` : l));
+  const how = r.code === null ? `signal ${r.signal}` : `exit ${r.code}`;
+  return new ApiError(
+    "package_manager_failed",
+    `${label} failed (${how})${shown.length ? `: ${shown.join("; ")}` : ""}`,
+    { extensions: { command: label, exit_code: r.code, manager_errors: shown } },
+  );
+}
+
+/** The last few non-empty lines of a stream, for failures that print no recognisable error line. */
+export function lastLines(text: string, n: number): string[] {
+  return text
+    .split("\n")
+    .map((l) => l.trimEnd())
+    .filter((l) => l.trim() !== "")
+    .slice(-n);
+}

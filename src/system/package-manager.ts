@@ -1,0 +1,95 @@
+export type UpdateType = "security" | "full";
+export type PackageManagerName = "apt" | "dnf" | "none";
+
+/** One package with an available update. */
+export interface PackageUpdate {
+  name: string;
+  arch: string;
+  current_version: string;
+  /** The newest available version (what a full apply installs). */
+  new_version: string;
+  security: boolean;
+  /** The version a security apply installs; null when the package has no security update. */
+  security_version: string | null;
+  /** Named in HOSTKEEPER_HOLD_PACKAGES: apply never upgrades it. */
+  held: boolean;
+}
+
+export interface InstalledPackage {
+  name: string;
+  arch: string;
+  version: string;
+}
+
+export interface HeldBack {
+  name: string;
+  arch: string;
+  current_version: string;
+  available_version: string;
+  /** `hold`: named in HOSTKEEPER_HOLD_PACKAGES; `kept_back`: the package manager did not upgrade it. */
+  reason: "hold" | "kept_back";
+}
+
+/** What one apply changed, from the installed packages before and after. */
+export interface ApplyChanges {
+  upgraded: { name: string; arch: string; from: string; to: string }[];
+  /** New packages an upgrade pulled in. */
+  installed: InstalledPackage[];
+  /** Packages the upgrade removed (full upgrades may). */
+  removed: InstalledPackage[];
+  held_back: HeldBack[];
+}
+
+/** The one interface of the system area to a package manager; chosen in `select.ts`. */
+export interface PackageManager {
+  readonly name: PackageManagerName;
+  /** Refreshes the package lists (errors are errors), then lists the available updates. */
+  check(): Promise<PackageUpdate[]>;
+  /** Refreshes and installs the updates of `type`, never a held package; says what changed. */
+  apply(type: UpdateType): Promise<ApplyChanges>;
+  rebootRequired(): Promise<boolean>;
+}
+
+/** The steps an adapter provides for `applyUpdates`. */
+export interface UpgradeSteps {
+  check(): Promise<PackageUpdate[]>;
+  /** Every installed package, keyed by `packageKey`. */
+  installed(): Promise<Map<string, InstalledPackage>>;
+  /** Runs the upgrade of `type`, excluding held packages. */
+  upgrade(type: UpdateType): Promise<void>;
+}
+
+export const packageKey = (p: { name: string; arch: string }) => `${p.name}\u0000${p.arch}`;
+
+/**
+ * The apply flow both adapters share: the plan comes from a fresh check, the result from comparing the
+ * installed packages before and after, so the answer says what really happened, not what was planned.
+ */
+export async function applyUpdates(steps: UpgradeSteps, type: UpdateType): Promise<ApplyChanges> {
+  const planned = (await steps.check()).filter((u) => type === "full" || u.security);
+  const before = await steps.installed();
+  const anyToInstall = planned.some((u) => !u.held);
+  if (anyToInstall) await steps.upgrade(type);
+  const after = anyToInstall ? await steps.installed() : before;
+
+  const changes: ApplyChanges = { upgraded: [], installed: [], removed: [], held_back: [] };
+  for (const [key, now] of after) {
+    const was = before.get(key);
+    if (!was) changes.installed.push(now);
+    else if (was.version !== now.version)
+      changes.upgraded.push({ name: now.name, arch: now.arch, from: was.version, to: now.version });
+  }
+  for (const [key, was] of before) if (!after.has(key)) changes.removed.push(was);
+  for (const u of planned) {
+    const now = after.get(packageKey(u));
+    if (!u.held && now?.version !== u.current_version) continue;
+    changes.held_back.push({
+      name: u.name,
+      arch: u.arch,
+      current_version: u.current_version,
+      available_version: type === "security" && u.security_version ? u.security_version : u.new_version,
+      reason: u.held ? "hold" : "kept_back",
+    });
+  }
+  return changes;
+}

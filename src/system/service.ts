@@ -1,0 +1,231 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { once } from "node:events";
+import type { Logger } from "pino";
+import { ApiError, toApiError } from "../http/errors.js";
+import type { Db, Migration } from "../store/db.js";
+import { busyError } from "./command.js";
+import { Mutex } from "./mutex.js";
+import type { ApplyChanges, PackageManager, PackageManagerName, UpdateType } from "./package-manager.js";
+import type { ApplyRecord, ApplyResult, Requester, SystemStatus } from "./schemas.js";
+
+export const systemMigrations: Migration[] = [
+  {
+    name: "system.001_applies",
+    sql: `
+      CREATE TABLE system_applies (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        request_id TEXT NOT NULL,
+        requested_by TEXT NOT NULL,
+        update_type TEXT NOT NULL CHECK (update_type IN ('security', 'full')),
+        auto_reboot INTEGER NOT NULL,
+        package_manager TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        finished_at TEXT,
+        duration_ms INTEGER,
+        outcome TEXT NOT NULL CHECK (outcome IN ('running', 'succeeded', 'failed', 'interrupted')),
+        error TEXT,
+        result TEXT
+      );`,
+  },
+];
+
+interface ApplyRow {
+  id: number;
+  request_id: string;
+  requested_by: string;
+  update_type: UpdateType;
+  auto_reboot: number;
+  package_manager: PackageManagerName;
+  started_at: string;
+  finished_at: string | null;
+  duration_ms: number | null;
+  outcome: ApplyRecord["outcome"];
+  error: string | null;
+  result: string | null;
+}
+
+type StoredResult = ApplyChanges & { reboot_required: boolean; reboot_scheduled: boolean };
+
+export interface SystemServiceOptions {
+  db: Db;
+  manager: PackageManager;
+  /** How long a check or apply waits for another apply of this agent. */
+  lockTimeoutMs: number;
+  rebootCommand: readonly string[];
+  rebootDelayMs: number;
+  env: NodeJS.ProcessEnv;
+  log: Logger;
+}
+
+/**
+ * System package updates: check and apply, one at a time in this agent, each apply recorded with who
+ * asked and what changed; a requested reboot runs after the response has been sent.
+ */
+export class SystemService {
+  private readonly mutex = new Mutex();
+  private readonly insertApply;
+  private readonly finishApply;
+  private readonly listApplies;
+  private rebootTimer: NodeJS.Timeout | undefined;
+  private rebootChild: ChildProcess | undefined;
+  private closed = false;
+
+  constructor(private readonly o: SystemServiceOptions) {
+    this.insertApply = o.db.prepare(
+      `INSERT INTO system_applies (request_id, requested_by, update_type, auto_reboot, package_manager, started_at, outcome)
+       VALUES (?, ?, ?, ?, ?, ?, 'running')`,
+    );
+    this.finishApply = o.db.prepare(
+      "UPDATE system_applies SET finished_at = ?, duration_ms = ?, outcome = ?, error = ?, result = ? WHERE id = ?",
+    );
+    this.listApplies = o.db.prepare("SELECT * FROM system_applies ORDER BY id DESC LIMIT ?");
+    // An apply still "running" in the database was cut short by a stop of the agent.
+    o.db
+      .prepare("UPDATE system_applies SET outcome = 'interrupted', finished_at = ? WHERE outcome = 'running'")
+      .run(new Date().toISOString());
+  }
+
+  check(): Promise<SystemStatus> {
+    return this.exclusive(async () => {
+      const updates = await this.o.manager.check();
+      const rebootRequired = await this.o.manager.rebootRequired();
+      const security = updates.filter((u) => u.security).length;
+      return {
+        packages: [...new Set(updates.map((u) => u.name))],
+        security_updates: security,
+        regular_updates: updates.length - security,
+        updates_available: updates.length > 0,
+        reboot_required: rebootRequired,
+        package_manager: this.o.manager.name,
+        checked_at: new Date().toISOString(),
+        updates,
+      };
+    });
+  }
+
+  /** Applies updates and records the apply; a scheduled reboot waits for `startScheduledReboot`. */
+  async apply(type: UpdateType, autoReboot: boolean, who: Requester): Promise<ApplyResult> {
+    const started = new Date();
+    const id = Number(
+      this.insertApply.run(
+        who.request_id,
+        JSON.stringify({ remote_address: who.remote_address, user_agent: who.user_agent }),
+        type,
+        autoReboot ? 1 : 0,
+        this.o.manager.name,
+        started.toISOString(),
+      ).lastInsertRowid,
+    );
+    const finish = (outcome: "succeeded" | "failed", error: unknown, result: StoredResult | null) => {
+      const finished = new Date();
+      const ms = finished.getTime() - started.getTime();
+      this.finishApply.run(
+        finished.toISOString(),
+        ms,
+        outcome,
+        error === null ? null : JSON.stringify(error),
+        result === null ? null : JSON.stringify(result),
+        id,
+      );
+      return { finished_at: finished.toISOString(), duration_ms: ms };
+    };
+    try {
+      const result = await this.exclusive(async () => {
+        const changes = await this.o.manager.apply(type);
+        const rebootRequired = await this.o.manager.rebootRequired();
+        return {
+          ...changes,
+          reboot_required: rebootRequired,
+          reboot_scheduled: autoReboot && rebootRequired && !this.closed,
+        };
+      });
+      const times = finish("succeeded", null, result);
+      return {
+        id,
+        update_type: type,
+        package_manager: this.o.manager.name,
+        ...result,
+        reboot_at: result.reboot_scheduled ? new Date(Date.now() + this.o.rebootDelayMs).toISOString() : null,
+        started_at: started.toISOString(),
+        ...times,
+      };
+    } catch (err) {
+      // Recorded as the client sees it: an unexpected error's own message stays in the log.
+      const { apiError, unexpected } = toApiError(err as Error);
+      finish("failed", { code: apiError.code, detail: apiError.message }, null);
+      if (unexpected) throw err;
+      throw new ApiError(apiError.code, apiError.message, {
+        errors: apiError.errors,
+        extensions: { ...apiError.extensions, apply_id: id },
+        cause: err,
+      });
+    }
+  }
+
+  history(limit: number): ApplyRecord[] {
+    return (this.listApplies.all(limit) as ApplyRow[]).map((r) => {
+      const result = r.result === null ? null : (JSON.parse(r.result) as StoredResult);
+      return {
+        id: r.id,
+        request_id: r.request_id,
+        requested_by: JSON.parse(r.requested_by) as ApplyRecord["requested_by"],
+        update_type: r.update_type,
+        auto_reboot: r.auto_reboot === 1,
+        package_manager: r.package_manager,
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+        duration_ms: r.duration_ms,
+        outcome: r.outcome,
+        error: r.error === null ? null : (JSON.parse(r.error) as ApplyRecord["error"]),
+        upgraded: result?.upgraded ?? [],
+        installed: result?.installed ?? [],
+        removed: result?.removed ?? [],
+        held_back: result?.held_back ?? [],
+        reboot_required: result?.reboot_required ?? null,
+        reboot_scheduled: result?.reboot_scheduled ?? false,
+      };
+    });
+  }
+
+  /** Starts the delay before the reboot command; called once the apply's response has been sent. */
+  startScheduledReboot(): void {
+    if (this.closed || this.rebootTimer !== undefined) return;
+    this.o.log.warn({ delayMs: this.o.rebootDelayMs }, "a reboot is required; rebooting after the delay");
+    this.rebootTimer = setTimeout(() => this.reboot(), this.o.rebootDelayMs);
+  }
+
+  /** Cancels a pending reboot and waits (bounded) for a reboot command already started. */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.rebootTimer !== undefined && this.rebootChild === undefined)
+      this.o.log.warn("the agent is stopping; the scheduled reboot is cancelled");
+    clearTimeout(this.rebootTimer);
+    const child = this.rebootChild;
+    if (child && child.exitCode === null && child.signalCode === null)
+      await Promise.race([once(child, "exit"), new Promise((r) => setTimeout(r, 5_000).unref())]);
+  }
+
+  private reboot(): void {
+    const [file, ...args] = this.o.rebootCommand;
+    if (file === undefined) return;
+    this.o.log.warn({ command: this.o.rebootCommand }, "running the reboot command");
+    const child = spawn(file, args, { env: this.o.env, stdio: "ignore" });
+    this.rebootChild = child;
+    child.once("error", (err) => this.o.log.error({ err }, "the reboot command could not be started"));
+    child.once("exit", (code, signal) => {
+      if (code !== 0) this.o.log.error({ code, signal }, "the reboot command failed");
+    });
+  }
+
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    return this.mutex.run(
+      this.o.lockTimeoutMs,
+      () =>
+        busyError(
+          { lock: "the package lock of this agent", pid: process.pid, name: "another check or apply" },
+          this.o.lockTimeoutMs,
+        ),
+      fn,
+    );
+  }
+}

@@ -1,0 +1,111 @@
+import { isAbsolute } from "node:path";
+import { parse, setting } from "../config.js";
+
+const absolutePath = (raw: unknown): string => {
+  const s = parse.string({ nonEmpty: true })(raw);
+  if (!isAbsolute(s)) throw new Error(`must be an absolute path, got "${s}"`);
+  return s;
+};
+
+const optionalAbsolutePath = (raw: unknown): string | undefined => {
+  const s = parse.optionalString(raw);
+  return s === undefined ? undefined : absolutePath(s);
+};
+
+export const systemSettings = {
+  packageManager: setting({
+    key: "packageManager",
+    env: "HOSTKEEPER_PACKAGE_MANAGER",
+    area: "system",
+    doc: "Package manager for system updates: `apt`, `dnf`, or `auto` (from `/etc/os-release`, then from which of `apt-get` and `dnf` is installed).",
+    defaultText: "auto",
+    default: "auto" as const,
+    parse: parse.enumOf(["auto", "apt", "dnf"] as const),
+  }),
+  holdPackages: setting({
+    key: "holdPackages",
+    env: "HOSTKEEPER_HOLD_PACKAGES",
+    area: "system",
+    doc: "Comma-separated package names that apply-updates never upgrades (e.g. a container runtime); they are reported as held back.",
+    defaultText: "none",
+    default: [] as string[],
+    parse: (raw) => {
+      const list = parse.list(raw);
+      for (const name of list)
+        if (!/^[A-Za-z0-9][A-Za-z0-9+._:-]*$/.test(name)) throw new Error(`"${name}" is not a package name`);
+      return list;
+    },
+  }),
+  lockTimeoutMs: setting({
+    key: "packageLockTimeoutMs",
+    env: "HOSTKEEPER_PACKAGE_LOCK_TIMEOUT_MS",
+    area: "system",
+    doc: "How long check and apply wait for the package manager's lock (held by another program, or by another apply of this agent) before they fail as busy.",
+    defaultText: "300000",
+    default: 300_000,
+    parse: parse.int(0, 3_600_000),
+  }),
+  commandTimeoutMs: setting({
+    key: "packageCommandTimeoutMs",
+    env: "HOSTKEEPER_PACKAGE_COMMAND_TIMEOUT_MS",
+    area: "system",
+    doc: "Time-out of one package-manager command (an upgrade may take minutes); on expiry the command is stopped and the request fails.",
+    defaultText: "1200000",
+    default: 1_200_000,
+    parse: parse.int(1000, 24 * 3_600_000),
+  }),
+  rebootRequiredFile: setting({
+    key: "rebootRequiredFile",
+    env: "HOSTKEEPER_REBOOT_REQUIRED_FILE",
+    area: "system",
+    doc: "apt hosts: the flag file whose presence means a reboot is required (Debian Policy).",
+    defaultText: "/run/reboot-required",
+    default: "/run/reboot-required",
+    parse: absolutePath,
+  }),
+  needrestart: setting({
+    key: "needrestart",
+    env: "HOSTKEEPER_NEEDRESTART",
+    area: "system",
+    doc: "apt hosts: needrestart executable whose kernel status (`needrestart -b -k`) also decides `reboot_required` when it is installed; `none` turns this off.",
+    defaultText: "/usr/sbin/needrestart",
+    default: "/usr/sbin/needrestart" as string | undefined,
+    parse: (raw) => (parse.string()(raw) === "none" ? undefined : absolutePath(raw)),
+  }),
+  rebootCommand: setting({
+    key: "rebootCommand",
+    env: "HOSTKEEPER_REBOOT_COMMAND",
+    area: "system",
+    doc: "Command run for `auto_reboot`, split at whitespace into arguments (no shell).",
+    defaultText: "systemctl reboot",
+    default: ["systemctl", "reboot"],
+    parse: (raw) => parse.string({ nonEmpty: true })(raw).split(/\s+/),
+  }),
+  rebootDelayMs: setting({
+    key: "rebootDelayMs",
+    env: "HOSTKEEPER_REBOOT_DELAY_MS",
+    area: "system",
+    doc: "Delay between sending the apply-updates response and running the reboot command; the reboot is cancelled if the agent stops first.",
+    defaultText: "5000",
+    default: 5_000,
+    parse: parse.int(0, 3_600_000),
+  }),
+  aptConfig: setting({
+    key: "aptConfig",
+    env: "HOSTKEEPER_APT_CONFIG",
+    area: "system",
+    doc: "apt configuration file given to apt as `APT_CONFIG` (e.g. a sandbox root); unset, apt reads its own.",
+    defaultText: "none",
+    default: undefined as string | undefined,
+    parse: optionalAbsolutePath,
+  }),
+  dnfInstallroot: setting({
+    key: "dnfInstallroot",
+    env: "HOSTKEEPER_DNF_INSTALLROOT",
+    area: "system",
+    doc: "dnf `--installroot`; set, dnf reads only `<root>/etc/dnf/dnf.conf` and `<root>/etc/yum.repos.d` and loads no host plugin but needs-restarting. Unset, dnf manages this host.",
+    defaultText: "none",
+    default: undefined as string | undefined,
+    parse: optionalAbsolutePath,
+  }),
+};

@@ -1,0 +1,206 @@
+import assert from "node:assert/strict";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+import { AptPackageManager, aptLockHolder, isSecurityOrigin, parseSimulation } from "../../src/system/apt.js";
+import { advisoryPackages, dnfLockHolder } from "../../src/system/dnf.js";
+import { Mutex } from "../../src/system/mutex.js";
+import { detectPackageManager } from "../../src/system/select.js";
+import { buildTestApp } from "../helpers/app.js";
+
+const ENV = {
+  HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
+  HOSTKEEPER_PACKAGE_MANAGER: "apt",
+  // No package manager runs in this file: requests that reach one are not made.
+  HOSTKEEPER_APT_CONFIG: "/nonexistent/apt.conf",
+};
+
+test("apply-updates answers 400 for a missing or unknown update_type, a non-boolean auto_reboot, unknown fields", async (t) => {
+  const { call } = await buildTestApp(t, ENV);
+  for (const [payload, field] of [
+    [{}, "body.update_type"],
+    [{ update_type: "everything" }, "body.update_type"],
+    [{ update_type: 1 }, "body.update_type"],
+    [{ update_type: "security", auto_reboot: "true" }, "body.auto_reboot"],
+    [{ update_type: "security", auto_reboot: 1 }, "body.auto_reboot"],
+    [{ update_type: "full", reboot: true }, "body.reboot"],
+  ] as const) {
+    const r = await call({ method: "POST", url: "/v1/system/apply-updates", payload });
+    assert.equal(r.statusCode, 400, `${JSON.stringify(payload)}: ${r.body}`);
+    const p = r.json();
+    assert.equal(p.code, "validation_failed");
+    assert.ok(
+      p.errors.some((e: { field: string }) => e.field === field),
+      `${JSON.stringify(payload)}: ${r.body}`,
+    );
+  }
+  const none = await call({ method: "POST", url: "/v1/system/apply-updates" });
+  assert.equal(none.statusCode, 400, none.body);
+  assert.equal((await call({ method: "GET", url: "/v1/system/apply-history" })).json().applies.length, 0);
+  const bad = await call({ method: "GET", url: "/v1/system/apply-history?limit=0" });
+  assert.equal(bad.statusCode, 400, bad.body);
+});
+
+test("the system endpoints need the bearer token", async (t) => {
+  const { app } = await buildTestApp(t, ENV);
+  for (const [method, url] of [
+    ["POST", "/v1/system/check-updates"],
+    ["POST", "/v1/system/apply-updates"],
+    ["GET", "/v1/system/apply-history"],
+  ] as const)
+    assert.equal((await app.inject({ method, url })).statusCode, 401, url);
+});
+
+test("the OpenAPI document describes the system endpoints and their bodies", async (t) => {
+  const { call } = await buildTestApp(t, ENV);
+  const doc = (await call({ method: "GET", url: "/v1/openapi.json" })).json();
+  const check = doc.paths["/v1/system/check-updates"].post;
+  const apply = doc.paths["/v1/system/apply-updates"].post;
+  const history = doc.paths["/v1/system/apply-history"].get;
+  for (const op of [check, apply, history]) {
+    assert.deepEqual(op.tags, ["system"]);
+    assert.ok(op.summary && op.description);
+    assert.ok(op.responses["200"] && op.responses["401"]);
+  }
+  assert.ok(check.responses["500"].description.includes("package_manager_busy"));
+  assert.ok(apply.responses["400"] && apply.responses["500"]);
+  for (const name of [
+    "System",
+    "PackageUpdate",
+    "ApplyUpdatesRequest",
+    "ApplyResult",
+    "ApplyRecord",
+    "ApplyHistory",
+  ])
+    assert.ok(doc.components.schemas[name], name);
+  assert.match(
+    doc.components.schemas.ApplyUpdatesRequest.properties.auto_reboot.description,
+    /Default `false`/,
+  );
+});
+
+test("apt's simulation output: upgrades, their origins and architecture", () => {
+  const out = [
+    "Inst labboth [1.0] (1.1 Debian:12/bookworm-updates, Debian-Security:12/bookworm-security [all])",
+    "Inst libssl3 [3.0.11-1~deb12u1] (3.0.11-1~deb12u2 Debian-Security:12/stable-security [amd64]) []",
+    "Inst libc6:i386 [2.36-9] (2.36-9+deb12u4 Debian:12.5/stable [i386])",
+    "Inst openssl [3.0.2-0ubuntu1.10] (3.0.2-0ubuntu1.12 Ubuntu:22.04/jammy-security [amd64])",
+    "Inst newdep (1.0 Debian:12/bookworm [all])",
+    "Remv oldpkg [1.0]",
+    "Conf labboth (1.1 Debian:12/bookworm-updates, Debian-Security:12/bookworm-security [all])",
+  ].join("\n");
+  const plan = [...parseSimulation(out).values()];
+  assert.deepEqual(
+    plan.map((p) => [p.name, p.arch, p.from, p.to, p.security]),
+    [
+      ["labboth", "all", "1.0", "1.1", true],
+      ["libssl3", "amd64", "3.0.11-1~deb12u1", "3.0.11-1~deb12u2", true],
+      ["libc6", "i386", "2.36-9", "2.36-9+deb12u4", false],
+      ["openssl", "amd64", "3.0.2-0ubuntu1.10", "3.0.2-0ubuntu1.12", true],
+    ],
+  );
+  assert.equal(isSecurityOrigin("Debian-Security:12/oldstable-security"), true);
+  assert.equal(isSecurityOrigin("Debian:12/bookworm-updates"), false);
+});
+
+test("lock holders as apt and dnf report them", () => {
+  const apt = aptLockHolder({
+    code: 100,
+    signal: null,
+    stdout: "",
+    stderr:
+      "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 4242 (unattended-upgr)\nE: Unable to acquire the dpkg frontend lock (/var/lib/dpkg/lock-frontend), is another process using it?\n",
+  });
+  assert.deepEqual(apt, { lock: "/var/lib/dpkg/lock-frontend", pid: 4242, name: "unattended-upgr" });
+  assert.equal(
+    aptLockHolder({ code: 100, signal: null, stdout: "", stderr: "E: Unable to locate package x\n" }),
+    undefined,
+  );
+  const dnf = dnfLockHolder({
+    code: 200,
+    signal: null,
+    stdout: "",
+    stderr: "metadata already locked by 77\n  The application with PID 77 is: dnf\n    Memory : 1 M\n",
+  });
+  assert.deepEqual(dnf, { lock: "the dnf metadata lock", pid: 77, name: "dnf" });
+  assert.deepEqual(
+    advisoryPackages(
+      "RHSA-2024:1 Important/Sec. openssl-1:3.0.7-25.el9_3.x86_64\nFEDORA-2024-2 bugfix curl-8.2.1-3.fc39.x86_64\n",
+    ),
+    ["openssl-1:3.0.7-25.el9_3.x86_64", "curl-8.2.1-3.fc39.x86_64"],
+  );
+});
+
+test("auto picks the package manager from os-release, then from what is installed", () => {
+  const none = () => false;
+  assert.equal(detectPackageManager('ID=debian\nVERSION_ID="12"\n', none), "apt");
+  assert.equal(detectPackageManager("ID=ubuntu\nID_LIKE=debian\n", none), "apt");
+  assert.equal(detectPackageManager('ID="almalinux"\nID_LIKE="rhel centos fedora"\n', none), "dnf");
+  assert.equal(detectPackageManager('ID="rocky"\nID_LIKE="rhel centos fedora"\n', none), "dnf");
+  assert.equal(detectPackageManager("ID=fedora\n", none), "dnf");
+  assert.equal(
+    detectPackageManager("ID=arch\n", (p) => p === "dnf"),
+    "dnf",
+  );
+  assert.equal(
+    detectPackageManager(undefined, (p) => p === "apt-get"),
+    "apt",
+  );
+  assert.equal(detectPackageManager("ID=arch\n", none), undefined);
+});
+
+test("apt hosts: needrestart's kernel status counts as a required reboot", async (t) => {
+  // needrestart cannot be made to see a pending kernel here; a stand-in prints what it prints in batch mode.
+  const dir = mkdtempSync(join(tmpdir(), "hk-needrestart-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const fake = join(dir, "needrestart");
+  const apt = (needrestart: string | undefined) =>
+    new AptPackageManager({
+      env: process.env,
+      aptConfig: undefined,
+      hold: [],
+      rebootRequiredFile: join(dir, "reboot-required"),
+      needrestart,
+      lockTimeoutMs: 1000,
+      commandTimeoutMs: 5000,
+    });
+  for (const [ksta, expected] of [
+    ["1", false],
+    ["2", true],
+    ["3", true],
+  ] as const) {
+    writeFileSync(
+      fake,
+      `#!/bin/sh\n[ "$*" = "-b -k" ] || exit 9\necho NEEDRESTART-VER: 3.6\necho NEEDRESTART-KSTA: ${ksta}\n`,
+    );
+    chmodSync(fake, 0o755);
+    assert.equal(await apt(fake).rebootRequired(), expected, `KSTA ${ksta}`);
+  }
+  assert.equal(await apt(join(dir, "not-installed")).rebootRequired(), false);
+  writeFileSync(join(dir, "reboot-required"), "");
+  assert.equal(await apt(undefined).rebootRequired(), true, "the flag file alone");
+});
+
+test("the mutex runs one at a time, in order, and a waiter gives up after its time-out", async () => {
+  const m = new Mutex();
+  const order: string[] = [];
+  const busy = () => new Error("busy");
+  const a = m.run(1000, busy, async () => {
+    order.push("a start");
+    await sleep(100);
+    order.push("a end");
+  });
+  const b = m.run(1000, busy, async () => {
+    order.push("b");
+  });
+  const c = m.run(20, busy, async () => {
+    order.push("c");
+  });
+  await assert.rejects(c, /busy/);
+  await Promise.all([a, b]);
+  assert.deepEqual(order, ["a start", "a end", "b"]);
+  await m.run(10, busy, async () => order.push("free again"));
+  assert.equal(order.at(-1), "free again");
+});
