@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -68,8 +68,9 @@ test("the README's configuration table is the one generated from the settings", 
   );
 });
 
-test("the agent refuses to start on invalid configuration with one clear message", () => {
+test("the agent refuses to start on invalid configuration with one clear message", (t) => {
   const dir = mkdtempSync(join(tmpdir(), "hk-cfg-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const file = join(dir, "config.json");
   writeFileSync(file, JSON.stringify({ caddyServer: "srv0", listen: "127.0.0.1:99999" }));
   const r = spawnSync(process.execPath, [join(projectRoot(), "dist/src/server.js")], {
