@@ -7,6 +7,7 @@ import {
   resolveSettings,
   type Setting,
 } from "./config.js";
+import { operatorSettings } from "./operator/settings.js";
 import { proxySettings } from "./proxy/settings.js";
 
 /**
@@ -17,6 +18,7 @@ export const settingGroups = {
   agent: agentSettings,
   events: eventSettings,
   proxy: proxySettings,
+  operator: operatorSettings,
 };
 
 type Groups = typeof settingGroups;
