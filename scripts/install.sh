@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the test suite uses, added by each area's tests.
-TEST_PACKAGES=(dpkg-dev)
+TEST_PACKAGES=(dpkg-dev openssl)
 
 want_test=false
 [ "${1:-}" = "--test" ] && want_test=true
