@@ -1,4 +1,5 @@
 import { parse, setting } from "../config.js";
+import { sourceProblem } from "./source.js";
 
 /** A URL setting: absolute http(s), without credentials, query or fragment; trailing slashes dropped. */
 function baseUrl(raw: unknown): string | undefined {
@@ -66,8 +67,11 @@ export const operatorSettings = {
     defaultText: "none",
     default: undefined as string | undefined,
     parse: (raw) => {
-      const s = parse.optionalString(raw);
-      return s?.startsWith("s3://") ? s.replace(/\/+$/, "") : baseUrl(s);
+      const s = parse.optionalString(raw)?.replace(/\/+$/, "");
+      // Whether plain http is allowed is decided per request, with the other settings at hand.
+      const problem = s === undefined ? undefined : sourceProblem(s, true);
+      if (problem) throw new Error(problem);
+      return s;
     },
   }),
   upstreamFile: setting({

@@ -16,6 +16,7 @@ const FINAL = ["completed", "failed", "rolled_back"];
 
 interface Status {
   update_process_id: string;
+  artifact_source: string;
   version: string;
   state: string;
   progress: { bytes_downloaded: number; bytes_total: number | null };
@@ -40,6 +41,7 @@ test("operator self-update through a real Caddy", { timeout: 120_000 }, async (t
     HOSTKEEPER_OPERATOR_DOMAIN: DOMAIN,
     HOSTKEEPER_OPERATOR_PORTS: `${ports.blue},${ports.green}`,
     HOSTKEEPER_OPERATOR_CA_FILE: ca.caFile,
+    HOSTKEEPER_OPERATOR_COMMUNITY_SOURCE: `${artifacts.url}/releases`,
     HOSTKEEPER_OPERATOR_ENV: reaper.env,
     HOSTKEEPER_OPERATOR_CHECK_INTERVAL_MS: "50",
     HOSTKEEPER_OPERATOR_HEALTH_TIMEOUT_MS: "1500",
@@ -85,48 +87,57 @@ test("operator self-update through a real Caddy", { timeout: 120_000 }, async (t
   });
 
   let v1Pid = 0;
-  await t.test("the first install goes into blue and gets the operator's route", async () => {
-    publish(artifacts.files, "/releases", "1.0.0", fakeArtifact("v1"));
-    const res = await post(request("install-1", "1.0.0"));
-    assert.equal(res.statusCode, 202);
-    const accepted = res.json() as Status;
-    assert.equal(accepted.update_process_id, "install-1");
-    assert.equal(accepted.state, "queued");
-    assert.equal(accepted.links.status, "/v1/operator/update/install-1");
-    assert.equal(res.headers.location, "/v1/operator/update/install-1");
+  await t.test(
+    "the first install (from the community source) goes into blue and gets the route",
+    async () => {
+      publish(artifacts.files, "/releases", "1.0.0", fakeArtifact("v1"));
+      const res = await post({ ...request("install-1", "1.0.0"), artifact_source: null });
+      assert.equal(res.statusCode, 202);
+      const accepted = res.json() as Status;
+      assert.equal(accepted.update_process_id, "install-1");
+      assert.equal(accepted.state, "queued");
+      assert.equal(accepted.links.status, "/v1/operator/update/install-1");
+      assert.equal(res.headers.location, "/v1/operator/update/install-1");
 
-    const done = await finished("install-1");
-    assert.equal(done.state, "completed", JSON.stringify(done.error));
-    assert.deepEqual(
-      done.history.map((h) => h.state),
-      [
-        "queued",
-        "downloading",
-        "verifying",
-        "starting",
-        "health_checking",
-        "switching",
-        "draining",
-        "completed",
-      ],
-    );
-    assert.equal(done.previous_instance, null);
-    assert.deepEqual(done.new_instance, { slot: "blue", version: "1.0.0" });
-    assert.equal(done.progress.bytes_downloaded, fakeArtifact("v1").length);
-    assert.equal(done.progress.bytes_total, fakeArtifact("v1").length);
+      const done = await finished("install-1");
+      assert.equal(done.state, "completed", JSON.stringify(done.error));
+      assert.deepEqual(
+        done.history.map((h) => h.state),
+        [
+          "queued",
+          "downloading",
+          "verifying",
+          "starting",
+          "health_checking",
+          "switching",
+          "draining",
+          "completed",
+        ],
+      );
+      assert.equal(done.artifact_source, source, "the community source");
+      assert.equal(done.previous_instance, null);
+      assert.deepEqual(done.new_instance, { slot: "blue", version: "1.0.0" });
+      assert.equal(done.progress.bytes_downloaded, fakeArtifact("v1").length);
+      assert.equal(done.progress.bytes_total, fakeArtifact("v1").length);
 
-    const r = await running();
-    assert.equal(r.code, 200);
-    assert.equal(r.body.slot, "blue");
-    assert.equal(r.body.version, "1.0.0");
-    assert.equal(r.body.port, ports.blue);
-    assert.equal(r.body.update_process_id, "install-1");
-    assert.equal(r.body.health.status, "healthy");
-    v1Pid = r.body.pid;
-    assert.equal(await serving(), "v1");
-    const health = JSON.parse((await viaProxy(caddy.httpPort, DOMAIN, "/health")).body);
-    assert.deepEqual(health, { version: "v1", slot: "blue", env_version: "1.0.0", port: String(ports.blue) });
-  });
+      const r = await running();
+      assert.equal(r.code, 200);
+      assert.equal(r.body.slot, "blue");
+      assert.equal(r.body.version, "1.0.0");
+      assert.equal(r.body.port, ports.blue);
+      assert.equal(r.body.update_process_id, "install-1");
+      assert.equal(r.body.health.status, "healthy");
+      v1Pid = r.body.pid;
+      assert.equal(await serving(), "v1");
+      const health = JSON.parse((await viaProxy(caddy.httpPort, DOMAIN, "/health")).body);
+      assert.deepEqual(health, {
+        version: "v1",
+        slot: "blue",
+        env_version: "1.0.0",
+        port: String(ports.blue),
+      });
+    },
+  );
 
   const keepsV1 = async (s: Status, state: string, code: string) => {
     assert.equal(s.state, state, JSON.stringify(s));
