@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the test suite uses, added by each area's tests.
-TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c)
+TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c openssl)
 
 want_test=false
 [ "${1:-}" = "--test" ] && want_test=true

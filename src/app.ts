@@ -7,6 +7,10 @@ import { registerBearerAuth } from "./http/auth.js";
 import { registerErrorHandling } from "./http/errors.js";
 import { registerOpenApi } from "./http/openapi.js";
 import type { App } from "./http/types.js";
+import { registerOperatorRoutes } from "./operator/routes.js";
+import { operatorSharedSchemas } from "./operator/schemas.js";
+import { OperatorService } from "./operator/service.js";
+import { operatorMigrations } from "./operator/store.js";
 import { CaddyAdmin } from "./proxy/caddy-admin.js";
 import { normalizeDomain } from "./proxy/domain.js";
 import { registerProxyRoutes } from "./proxy/routes.js";
@@ -28,7 +32,13 @@ export interface AppOptions {
 
 declare module "fastify" {
   interface FastifyInstance {
-    services: { db: Db; outbox: Outbox; routes: RouteService; writer: RouteWriter };
+    services: {
+      db: Db;
+      outbox: Outbox;
+      routes: RouteService;
+      writer: RouteWriter;
+      operator: OperatorService;
+    };
   }
 }
 
@@ -42,7 +52,12 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   const caddyAddress = proxy.caddyAdmin;
   if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
 
-  const db = openDatabase(agent.dataDir, [...outboxMigrations, ...proxyMigrations, ...systemMigrations]);
+  const db = openDatabase(agent.dataDir, [
+    ...outboxMigrations,
+    ...proxyMigrations,
+    ...systemMigrations,
+    ...operatorMigrations,
+  ]);
   const token = agent.token ?? loadOrCreateSecret(agent.dataDir, "token", generateToken);
   if (typeof token !== "string" && token.created)
     logger.info({ path: token.path }, "generated an API token; read it from this file");
@@ -93,22 +108,36 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
     env: process.env,
     log: logger.child({ component: "system" }),
   });
-  app.decorate("services", { db, outbox, routes, writer });
+  const operator = new OperatorService({
+    db,
+    outbox,
+    routes,
+    deny,
+    config: config.operator,
+    dataDir: agent.dataDir,
+    log: logger.child({ component: "operator" }),
+  });
+  app.decorate("services", { db, outbox, routes, writer, operator });
 
   // JSON is the only body the API takes; anything else is 415 rather than a string failing validation.
   app.removeContentTypeParser("text/plain");
   registerErrorHandling(app);
   await registerOpenApi(app);
-  for (const s of proxySharedSchemas) app.addSchema(s);
+  for (const s of [...proxySharedSchemas, ...operatorSharedSchemas]) app.addSchema(s);
   registerBearerAuth(app, typeof token === "string" ? token : token.value);
 
   app.get("/healthz", { schema: { hide: true } }, async () => ({ status: "ok" }));
   app.get("/v1/openapi.json", { schema: { hide: true } }, async () => app.swagger());
   registerProxyRoutes(app, routes);
   registerSystemRoutes(app, systemService);
+  registerOperatorRoutes(app, operator);
 
-  app.addHook("onReady", async () => outbox.start());
+  app.addHook("onReady", async () => {
+    outbox.start();
+    operator.start();
+  });
   app.addHook("onClose", async () => {
+    await operator.close();
     await outbox.close();
     await systemService.close();
     db.close();

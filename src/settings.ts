@@ -7,6 +7,7 @@ import {
   resolveSettings,
   type Setting,
 } from "./config.js";
+import { operatorSettings } from "./operator/settings.js";
 import { proxySettings } from "./proxy/settings.js";
 import { systemSettings } from "./system/settings.js";
 
@@ -19,6 +20,7 @@ export const settingGroups = {
   events: eventSettings,
   proxy: proxySettings,
   system: systemSettings,
+  operator: operatorSettings,
 };
 
 type Groups = typeof settingGroups;

@@ -25,6 +25,7 @@ export const problemCodes = {
   proxy_rejected_change: { status: 503, title: "Proxy rejected the change" },
   proxy_rollback_failed: { status: 503, title: "Proxy change failed and rollback failed" },
   running_instance_unavailable: { status: 503, title: "Running instance unavailable" },
+  operator_not_configured: { status: 503, title: "Operator self-update is not configured" },
 } as const satisfies Record<string, { status: number; title: string }>;
 
 export type ProblemCode = keyof typeof problemCodes;

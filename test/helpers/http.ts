@@ -97,10 +97,15 @@ export function verifyStandardWebhook(secret: string, w: ReceivedWebhook): boole
     });
 }
 
-/** A request through Caddy's listener with a given Host header. */
-export function viaProxy(port: number, host: string, path = "/"): Promise<{ status: number; body: string }> {
+/** A request through Caddy's listener with a given Host header; a fresh connection unless an agent is given. */
+export function viaProxy(
+  port: number,
+  host: string,
+  path = "/",
+  agent: http.Agent | false = false,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: "127.0.0.1", port, path, headers: { host }, agent: false }, (res) => {
+    const req = http.request({ host: "127.0.0.1", port, path, headers: { host }, agent }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
       res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));

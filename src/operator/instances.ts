@@ -1,0 +1,130 @@
+import { spawn } from "node:child_process";
+import { accessSync, closeSync, constants, mkdirSync, openSync, readFileSync } from "node:fs";
+import http from "node:http";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import { UpdateFailure } from "./failure.js";
+import type { ProcessRecord, Slot } from "./store.js";
+
+/**
+ * The kernel's start time of a live process (field 22 of `/proc/<pid>/stat`), or undefined when there is no
+ * such process or it is a zombie. With the PID it identifies a process across agent restarts: a PID the
+ * kernel gave to another process since has another start time.
+ */
+export function processStartTime(pid: number): string | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return undefined;
+  }
+  // The command name (field 2) may hold spaces and parentheses; the fields after its last ")" do not.
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  if (fields[0] === "Z" || fields[0] === "X") return undefined;
+  return fields[19];
+}
+
+export function isRunning(p: { pid: number | null; proc_start: string | null }): boolean {
+  return p.pid !== null && p.proc_start !== null && processStartTime(p.pid) === p.proc_start;
+}
+
+/** One GET of the health path; true on 2xx within `timeoutMs`. */
+export function checkHealth(port: number, path: string, timeoutMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = http.get({ host: "127.0.0.1", port, path, agent: false, timeout: timeoutMs }, (res) => {
+      res.resume();
+      resolve((res.statusCode ?? 0) >= 200 && (res.statusCode ?? 0) < 300);
+    });
+    req.on("timeout", () => req.destroy());
+    req.on("error", () => resolve(false));
+  });
+}
+
+export interface InstancesOptions {
+  /** `<data dir>/operator`: one folder per slot holding the executable and its output log. */
+  root: string;
+  artifactName: string;
+  extraEnv: Record<string, string>;
+  stopTimeoutMs: number;
+  log: Logger;
+  /** The agent's environment, from which only a few neutral variables pass to instances. */
+  env: NodeJS.ProcessEnv;
+}
+
+const PASSED_ENV = ["PATH", "HOME", "LANG", "TZ"];
+
+/**
+ * Starts and stops operator instances. Each runs detached in its own session and process group (PGID = its
+ * PID), so it outlives the agent and a stop reaches everything it started.
+ */
+export class Instances {
+  constructor(private readonly o: InstancesOptions) {}
+
+  slotDir(slot: Slot): string {
+    return join(this.o.root, slot);
+  }
+
+  executable(slot: Slot): string {
+    return join(this.slotDir(slot), this.o.artifactName);
+  }
+
+  /** Spawns the slot's executable; synchronous, so the caller records the PID before anything else runs. */
+  start(slot: Slot, version: string, port: number): ProcessRecord {
+    const file = this.executable(slot);
+    try {
+      accessSync(file, constants.X_OK);
+    } catch (err) {
+      throw new UpdateFailure("start_failed", `${file} is not executable: ${(err as Error).message}`);
+    }
+    const env: Record<string, string> = {};
+    for (const k of PASSED_ENV) if (this.o.env[k] !== undefined) env[k] = this.o.env[k] as string;
+    Object.assign(env, this.o.extraEnv, {
+      PORT: String(port),
+      OPERATOR_SLOT: slot,
+      OPERATOR_VERSION: version,
+    });
+    mkdirSync(this.slotDir(slot), { recursive: true, mode: 0o700 });
+    const out = openSync(join(this.slotDir(slot), "output.log"), "a", 0o600);
+    let child: ReturnType<typeof spawn>;
+    try {
+      child = spawn(file, [], { cwd: this.slotDir(slot), detached: true, stdio: ["ignore", out, out], env });
+    } finally {
+      closeSync(out);
+    }
+    child.once("error", (err) => this.o.log.error({ err, slot }, "operator instance could not be started"));
+    child.unref();
+    if (child.pid === undefined) throw new UpdateFailure("start_failed", `${file} could not be started`);
+    const procStart = processStartTime(child.pid) ?? "";
+    this.o.log.info({ slot, version, port, pid: child.pid }, "started an operator instance");
+    return { pid: child.pid, procStart, startedAt: new Date().toISOString(), port };
+  }
+
+  /** SIGTERM to the instance's process group, SIGKILL after the stop time-out; resolves once it is gone. */
+  async stop(p: { pid: number | null; proc_start: string | null }, slot: Slot): Promise<void> {
+    if (p.pid === null || !isRunning(p)) return;
+    const pid = p.pid;
+    this.o.log.info({ slot, pid }, "stopping an operator instance");
+    signalGroup(pid, "SIGTERM");
+    if (await waitGone(p, this.o.stopTimeoutMs)) return;
+    this.o.log.warn({ slot, pid }, "operator instance ignored SIGTERM; killing its process group");
+    if (isRunning(p)) signalGroup(pid, "SIGKILL");
+    if (!(await waitGone(p, 5000))) throw new Error(`operator instance ${pid} survived SIGKILL`);
+  }
+}
+
+function signalGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ESRCH") throw err;
+  }
+}
+
+async function waitGone(p: { pid: number | null; proc_start: string | null }, ms: number): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (isRunning(p)) {
+    if (Date.now() >= end) return false;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  return true;
+}

@@ -1,0 +1,552 @@
+import { readFileSync } from "node:fs";
+import { chmod, mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import { callbackUrlProblem, type DenyList } from "../events/egress.js";
+import type { Outbox } from "../events/outbox.js";
+import { ApiError, type FieldError } from "../http/errors.js";
+import { canonicalJson } from "../proxy/plan.js";
+import type { RouteService } from "../proxy/service.js";
+import type { AppConfig } from "../settings.js";
+import type { Db } from "../store/db.js";
+import { checksumFor, Downloader, sha256File, sleep } from "./download.js";
+import { type UpdateErrorCode, UpdateFailure } from "./failure.js";
+import { moveIntoPlace, writeAtomically } from "./files.js";
+import { checkHealth, Instances, isRunning } from "./instances.js";
+import type { OperatorUpdateRequest, RunningInstance, UpdateState, UpdateStatus } from "./schemas.js";
+import { ArtifactSource, sourceProblem } from "./source.js";
+import { OperatorStore, otherSlot, type Slot, type UpdateRow } from "./store.js";
+
+export interface OperatorServiceOptions {
+  db: Db;
+  outbox: Outbox;
+  routes: RouteService;
+  deny: DenyList;
+  config: AppConfig["operator"];
+  dataDir: string;
+  log: Logger;
+  /** Source of the `AWS_*` credentials and of the few variables instances inherit; default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+}
+
+/** States in which nothing has touched the operator's route yet. */
+const BEFORE_SWITCH: ReadonlySet<UpdateState> = new Set([
+  "queued",
+  "downloading",
+  "verifying",
+  "starting",
+  "health_checking",
+]);
+/** Failed health checks in a row, after the switch, that count as the new instance turning unhealthy. */
+const WATCH_FAILURES = 3;
+const HEALTH_REQUEST_TIMEOUT_MS = 2000;
+const SHA256SUMS_MAX_BYTES = 1_048_576;
+const PROGRESS_EVERY_MS = 250;
+
+const normalizeChecksum = (c: string | undefined) => c?.replace(/^sha256:/, "").toLowerCase();
+
+function failureOf(err: unknown, fallback: UpdateErrorCode): UpdateFailure {
+  if (err instanceof UpdateFailure) return err;
+  return new UpdateFailure(fallback, (err as Error).message || String(err));
+}
+
+/**
+ * Operator self-update. An update runs download -> verify -> start in the idle slot -> health gate -> switch
+ * the operator's route (see `syncRoute`) -> drain and watch -> stop the old instance; each state is persisted
+ * (with its callback event) before the step it names. A failure before the switch leaves the old instance serving;
+ * a failure at or after it switches back. On start the agent adopts the instances still running and
+ * finishes or undoes an update a previous run left unfinished; between updates it restarts a crashed active
+ * instance with backoff and keeps the route pointing at the active slot.
+ */
+export class OperatorService {
+  private readonly store: OperatorStore;
+  private readonly instances: Instances;
+  private readonly source: ArtifactSource;
+  private readonly downloader: Downloader;
+  private readonly closing = new AbortController();
+  private readonly routeId: string | undefined;
+  private readonly upstreamFile: string;
+  /** The update (or the recovery of one) under way. */
+  private work: Promise<void> | undefined;
+  /** From the switch on, the update decides what runs; the monitor keeps its hands off. */
+  private owned = false;
+  private monitor: NodeJS.Timeout | undefined;
+  private ticking = false;
+  private routeSynced = false;
+  private restarts = { count: 0, notBefore: 0 };
+
+  constructor(private readonly o: OperatorServiceOptions) {
+    const c = o.config;
+    const env = o.env ?? process.env;
+    this.routeId = o.routes.operatorRouteId;
+    this.upstreamFile = c.upstreamFile ?? join(o.dataDir, "operator", "upstream");
+    this.store = new OperatorStore(o.db, o.outbox);
+    this.instances = new Instances({
+      root: join(o.dataDir, "operator"),
+      artifactName: c.artifactName,
+      extraEnv: c.env,
+      stopTimeoutMs: c.stopTimeoutMs,
+      log: o.log,
+      env,
+    });
+    this.source = new ArtifactSource({
+      allowHttp: c.allowHttp,
+      s3Endpoint: c.s3Endpoint,
+      s3Region: c.s3Region,
+      s3PathStyle: c.s3PathStyle,
+      env,
+    });
+    this.downloader = new Downloader({
+      source: this.source,
+      extraCa: c.caFile === undefined ? undefined : readFileSync(c.caFile, "utf8"),
+      maxBytes: c.maxArtifactBytes,
+      idleTimeoutMs: c.downloadIdleTimeoutMs,
+      totalTimeoutMs: c.downloadTimeoutMs,
+      retries: c.downloadRetries,
+      retryDelayMs: c.retryDelayMs,
+    });
+  }
+
+  /** Adopts running instances, resumes an interrupted update in the background, and starts the monitor. */
+  start(): void {
+    for (const s of this.store.slots())
+      if (s.pid !== null && !isRunning(s)) this.store.clearProcess(s.slot, s.pid);
+    const interrupted = this.store.running();
+    if (interrupted) this.launch(() => this.recover(interrupted, "agent_restarted", "the agent restarted"));
+    this.monitor = setInterval(() => void this.tick(), this.o.config.checkIntervalMs);
+    this.monitor.unref();
+  }
+
+  /** Stops the agent's own work; operator instances keep running. An unfinished update is picked up at the next start. */
+  async close(): Promise<void> {
+    clearInterval(this.monitor);
+    this.closing.abort(new Error("the agent is stopping"));
+    if (!this.work) return;
+    let timer: NodeJS.Timeout | undefined;
+    const limit = new Promise((r) => {
+      timer = setTimeout(r, this.o.config.stopTimeoutMs + 5000);
+    });
+    await Promise.race([this.work, limit]);
+    clearTimeout(timer);
+  }
+
+  /** POST /v1/operator/update: starts an update, or answers a repeated request with its current status. */
+  request(body: OperatorUpdateRequest): UpdateStatus {
+    if (this.routeId === undefined)
+      throw new ApiError(
+        "operator_not_configured",
+        "the operator's domain (HOSTKEEPER_OPERATOR_DOMAIN) is not configured, so there is no route to switch",
+      );
+    const errors: FieldError[] = [];
+    const callbackProblem = callbackUrlProblem(body.callback_url, this.o.deny);
+    if (callbackProblem) errors.push({ field: "body.callback_url", message: callbackProblem });
+    const source = body.artifact_source ?? this.o.config.communitySource;
+    const sourceIssue =
+      source === undefined
+        ? "is required: no community source is configured (HOSTKEEPER_OPERATOR_COMMUNITY_SOURCE)"
+        : sourceProblem(source, this.o.config.allowHttp);
+    if (sourceIssue) errors.push({ field: "body.artifact_source", message: sourceIssue });
+    if (errors.length > 0 || source === undefined)
+      throw new ApiError("validation_failed", errors.map((e) => `${e.field} ${e.message}`).join("; "), {
+        errors,
+      });
+
+    const checksum = normalizeChecksum(body.checksum);
+    const request = canonicalJson({
+      callback_url: body.callback_url,
+      update_process_id: body.update_process_id,
+      version: body.version,
+      artifact_source: body.artifact_source ?? null,
+      checksum: checksum ?? null,
+    });
+    const existing = this.store.get(body.update_process_id);
+    if (existing) {
+      if (existing.request === request) return this.store.status(existing);
+      throw new ApiError(
+        "update_id_conflict",
+        `update ${body.update_process_id} was requested before with a different body`,
+      );
+    }
+    const running = this.store.running();
+    if (running)
+      throw new ApiError(
+        "update_in_progress",
+        `update ${running.id} is in progress; try again when it ends`,
+        {
+          extensions: { update_process_id: running.id },
+        },
+      );
+    const row = this.store.create({
+      id: body.update_process_id,
+      request,
+      version: body.version,
+      callback_url: body.callback_url,
+      artifact_source: source,
+      checksum: checksum ?? null,
+    });
+    this.launch(() => this.run(row.id));
+    return this.store.status(row);
+  }
+
+  status(id: string): UpdateStatus {
+    const row = this.store.get(id);
+    if (!row) throw new ApiError("update_not_found", `no update process with id ${id}`);
+    return this.store.status(row);
+  }
+
+  async runningInstance(): Promise<RunningInstance> {
+    const a = this.store.active();
+    if (!a?.version || !a.update_id || a.port === null || a.pid === null || !isRunning(a))
+      throw new ApiError(
+        "running_instance_unavailable",
+        a?.version ? `the active ${a.slot} instance is not running` : "no operator instance is installed",
+      );
+    const ok = await this.healthy(a.port);
+    if (!ok)
+      throw new ApiError(
+        "running_instance_unavailable",
+        `the active ${a.slot} instance (pid ${a.pid}) does not answer ${this.o.config.healthPath} with 2xx`,
+      );
+    return {
+      slot: a.slot,
+      version: a.version,
+      port: a.port,
+      pid: a.pid,
+      started_at: a.started_at ?? "",
+      health: { status: "healthy", checked_at: new Date().toISOString() },
+      update_process_id: a.update_id,
+    };
+  }
+
+  /** Runs an update; one that fails unexpectedly is finished or undone like one a restart interrupted. */
+  private launch(fn: () => Promise<void>): void {
+    this.work = fn()
+      .catch(async (err: unknown) => {
+        this.o.log.error({ err }, "operator update failed unexpectedly; finishing or undoing it");
+        const u = this.store.running();
+        if (u && !this.aborted)
+          await this.recover(u, "internal_error", `an unexpected error (${(err as Error).message})`);
+      })
+      .catch((err: unknown) => this.o.log.error({ err }, "finishing or undoing the operator update failed"))
+      .finally(() => {
+        this.work = undefined;
+      });
+  }
+
+  private get aborted(): boolean {
+    return this.closing.signal.aborted;
+  }
+
+  private healthy(port: number): Promise<boolean> {
+    const timeout = Math.min(HEALTH_REQUEST_TIMEOUT_MS, this.o.config.healthTimeoutMs);
+    return checkHealth(port, this.o.config.healthPath, timeout);
+  }
+
+  private downloadPath(id: string): string {
+    return join(this.o.dataDir, "operator", "downloads", `${id}.part`);
+  }
+
+  /** Download to verify to health gate; then the switch. */
+  private async run(id: string): Promise<void> {
+    const active = this.store.active();
+    const previous = active?.version ? active : undefined;
+    const target: Slot = previous ? otherSlot(previous.slot) : "blue";
+    const tmp = this.downloadPath(id);
+    let started = false;
+    try {
+      const u = this.store.get(id) as UpdateRow;
+      const url = this.source.locate(u.artifact_source, u.version, this.o.config.artifactName);
+      this.store.transition(id, "downloading", {
+        artifact_url: url.toString(),
+        previous_slot: previous?.slot ?? null,
+        previous_version: previous?.version ?? null,
+        new_slot: target,
+      });
+      const expected = u.checksum ?? (await this.listedChecksum(u));
+      await mkdir(join(this.o.dataDir, "operator", "downloads"), { recursive: true, mode: 0o700 });
+      let reported = 0;
+      await this.downloader.toFile(
+        url,
+        tmp,
+        (done, total) => {
+          if (Date.now() - reported < PROGRESS_EVERY_MS && done !== total) return;
+          reported = Date.now();
+          this.store.setProgress(id, done, total);
+        },
+        this.closing.signal,
+      );
+      this.store.transition(id, "verifying", { checksum: expected });
+      const actual = await sha256File(tmp);
+      if (actual !== expected)
+        throw new UpdateFailure(
+          "checksum_mismatch",
+          `the artifact's sha256 is ${actual}, expected ${expected}`,
+        );
+      await this.stopSlot(target);
+      try {
+        await mkdir(this.instances.slotDir(target), { recursive: true, mode: 0o700 });
+        await chmod(tmp, 0o755);
+        await moveIntoPlace(tmp, this.instances.executable(target));
+      } catch (err) {
+        throw failureOf(err, "install_failed");
+      }
+      this.store.setInstalled(target, u.version, id);
+      this.store.transition(id, "starting");
+      started = true;
+      this.startSlot(target);
+      this.store.transition(id, "health_checking");
+      await this.gate(target, this.o.config.healthTimeoutMs);
+    } catch (err) {
+      if (this.aborted) return;
+      const f = failureOf(err, "download_failed");
+      this.o.log.warn(
+        { update: id, code: f.code, err: f.message },
+        "operator update failed before the switch",
+      );
+      if (started) await this.stopSlot(target);
+      await rm(tmp, { force: true });
+      this.store.transition(id, "failed", { error_code: f.code, error_message: f.message });
+      return;
+    }
+    this.owned = true;
+    try {
+      this.store.transition(id, "switching");
+      await this.switchAndWatch(id);
+    } finally {
+      this.owned = false;
+    }
+  }
+
+  /** Points the route at the new slot, then drains the old instance and watches the new one. */
+  private async switchAndWatch(id: string): Promise<void> {
+    const u = this.store.get(id) as UpdateRow;
+    this.store.setActive(u.new_slot);
+    try {
+      await this.syncRoute();
+    } catch (err) {
+      return this.rollback(
+        id,
+        "switch_failed",
+        `switching the operator's route failed: ${(err as Error).message}`,
+      );
+    }
+    if (u.state === "switching") this.store.transition(id, "draining");
+    await this.watch(id);
+  }
+
+  /** The checksum `<source>/<version>/SHA256SUMS` lists for the artifact; without one, no update. */
+  private async listedChecksum(u: UpdateRow): Promise<string> {
+    const name = this.o.config.artifactName;
+    const url = this.source.locate(u.artifact_source, u.version, "SHA256SUMS");
+    const text = await this.downloader.text(url, SHA256SUMS_MAX_BYTES, this.closing.signal);
+    if (text === undefined)
+      throw new UpdateFailure(
+        "checksum_unavailable",
+        `the request has no checksum and ${url} does not exist`,
+      );
+    const sum = checksumFor(text, name);
+    if (!sum) throw new UpdateFailure("checksum_unavailable", `${url} does not list ${name}`);
+    return sum;
+  }
+
+  private startSlot(slot: Slot): void {
+    const row = this.store.slot(slot);
+    if (!row.version) throw new UpdateFailure("start_failed", `slot ${slot} has no operator installed`);
+    this.store.setProcess(slot, this.instances.start(slot, row.version, this.o.config.ports[slot]));
+  }
+
+  private async stopSlot(slot: Slot): Promise<void> {
+    const row = this.store.slot(slot);
+    await this.instances.stop(row, slot);
+    if (row.pid !== null) this.store.clearProcess(slot, row.pid);
+  }
+
+  /** Waits for the slot's instance to answer its health path, failing when it exits or time runs out. */
+  private async gate(slot: Slot, timeoutMs: number): Promise<void> {
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const row = this.store.slot(slot);
+      if (!isRunning(row))
+        throw new UpdateFailure(
+          "start_failed",
+          `the ${slot} instance exited before it was healthy; see ${join(this.instances.slotDir(slot), "output.log")}`,
+        );
+      if (row.port !== null && (await this.healthy(row.port))) return;
+      if (Date.now() >= end)
+        throw new UpdateFailure(
+          "health_check_failed",
+          `the ${slot} instance did not answer ${this.o.config.healthPath} with 2xx within ${timeoutMs} ms`,
+        );
+      await sleep(this.o.config.checkIntervalMs, this.closing.signal);
+    }
+  }
+
+  /**
+   * Points the operator's route at the active slot. The route itself stays the same while there is an active
+   * instance: it dials `{file.<upstream file>}`, which Caddy reads per request, so the switch is an atomic
+   * replacement of that file. Putting the unchanged route again is a no-op for Caddy; only creating it
+   * (first install) or turning it into a 503 answer (nothing to serve) reloads Caddy's config, which resets
+   * a few connections arriving at that moment.
+   */
+  private async syncRoute(): Promise<void> {
+    const id = this.routeId as string;
+    const active = this.store.active();
+    if (active?.port != null) await writeAtomically(this.upstreamFile, `127.0.0.1:${active.port}`);
+    const handle: Record<string, unknown> =
+      active?.port != null
+        ? { handler: "reverse_proxy", upstreams: [{ dial: `{file.${this.upstreamFile}}` }] }
+        : { handler: "static_response", status_code: 503, body: "operator unavailable" };
+    this.routeSynced = false;
+    await this.o.routes.put({ "@id": id, match: [{ host: [id] }], handle: [handle], terminal: true });
+    this.routeSynced = true;
+  }
+
+  /**
+   * After the switch: the old instance gets no new requests, finishes its in-flight ones and stays ready to
+   * switch back to for the drain time; the new one must stay alive and healthy for the watch period.
+   */
+  private async watch(id: string): Promise<void> {
+    const u = this.store.get(id) as UpdateRow;
+    const target = u.new_slot as Slot;
+    const { drainMs, watchMs, checkIntervalMs } = this.o.config;
+    const since = Date.now();
+    let oldStopped = u.previous_slot === null;
+    let failures = 0;
+    for (;;) {
+      const row = this.store.slot(target);
+      if (!isRunning(row))
+        return this.rollback(
+          id,
+          "new_instance_failed",
+          `the new instance exited ${Date.now() - since} ms after the switch`,
+        );
+      failures = row.port !== null && (await this.healthy(row.port)) ? 0 : failures + 1;
+      if (failures >= WATCH_FAILURES)
+        return this.rollback(
+          id,
+          "new_instance_failed",
+          `the new instance failed ${WATCH_FAILURES} health checks in a row after the switch`,
+        );
+      const elapsed = Date.now() - since;
+      if (!oldStopped && elapsed >= drainMs && u.previous_slot) {
+        await this.stopSlot(u.previous_slot);
+        oldStopped = true;
+      }
+      if (oldStopped && elapsed >= watchMs) break;
+      try {
+        await sleep(checkIntervalMs, this.closing.signal);
+      } catch {
+        return;
+      }
+    }
+    this.store.transition(id, "completed", { error_code: null, error_message: null });
+  }
+
+  /**
+   * Goes back to the previous instance: restarts it if it is gone, points the route at it, stops the new
+   * one. The reason is recorded first, so an agent restart in the middle carries the rollback on.
+   */
+  private async rollback(id: string, code: UpdateErrorCode, message: string): Promise<void> {
+    this.store.setError(id, code, message);
+    const u = this.store.get(id) as UpdateRow;
+    const neu = u.new_slot as Slot;
+    const old = u.previous_slot;
+    this.o.log.warn(
+      { update: id, code, err: message },
+      "operator update failed after the switch; switching back",
+    );
+    try {
+      if (old === null) {
+        // A first install has nothing to go back to: the route answers 503 rather than pointing at a dead port.
+        await this.stopSlot(neu);
+        this.store.setActive(null);
+        await this.syncRoute();
+        this.store.transition(id, "failed");
+        return;
+      }
+      if (!isRunning(this.store.slot(old))) {
+        this.startSlot(old);
+        await this.gate(old, this.o.config.healthTimeoutMs);
+      }
+      this.store.setActive(old);
+      await this.syncRoute();
+      await this.stopSlot(neu);
+      this.store.transition(id, "rolled_back");
+    } catch (err) {
+      if (this.aborted) return;
+      // The monitor keeps pointing the route at the active slot and stops what runs beside it.
+      this.store.transition(id, "failed", {
+        error_code: "rollback_failed",
+        error_message: `${message}; switching back failed: ${(err as Error).message}`,
+      });
+    }
+  }
+
+  /**
+   * Finishes or undoes an update that was interrupted (`why`): before the switch it is undone; after it,
+   * finished when the new instance is (or becomes, within the health time-out) healthy, else rolled back.
+   */
+  private async recover(u: UpdateRow, code: UpdateErrorCode, why: string): Promise<void> {
+    this.o.log.warn(
+      { update: u.id, state: u.state, why },
+      "finishing or undoing an interrupted operator update",
+    );
+    if (BEFORE_SWITCH.has(u.state)) {
+      if (u.new_slot && this.store.slot(u.new_slot).update_id === u.id) await this.stopSlot(u.new_slot);
+      await rm(this.downloadPath(u.id), { force: true });
+      this.store.transition(u.id, "failed", {
+        error_code: code,
+        error_message: `${why} during ${u.state}; the update was abandoned before the switch and the previous instance kept serving`,
+      });
+      return;
+    }
+    this.owned = true;
+    try {
+      const neu = u.new_slot as Slot;
+      const problem =
+        u.error_message ??
+        (await this.gate(neu, this.o.config.healthTimeoutMs).then(
+          () => undefined,
+          (err: Error) => `${why} during ${u.state} and the new instance was not healthy: ${err.message}`,
+        ));
+      if (this.aborted) return;
+      if (problem !== undefined)
+        return await this.rollback(u.id, u.error_code ?? "new_instance_failed", problem);
+      await this.switchAndWatch(u.id);
+    } finally {
+      this.owned = false;
+    }
+  }
+
+  /**
+   * Between updates: restarts a crashed active instance (with doubling delays), points the route at the
+   * active slot when it may not, and stops an instance left running in the idle slot.
+   */
+  private async tick(): Promise<void> {
+    if (this.owned || this.ticking || this.aborted || this.routeId === undefined) return;
+    this.ticking = true;
+    try {
+      const active = this.store.active();
+      if (!active?.version) return;
+      const base = this.o.config.restartBackoffMs;
+      if (!isRunning(active)) {
+        if (Date.now() < this.restarts.notBefore) return;
+        const delay = Math.min(base * 2 ** this.restarts.count, base * 64);
+        this.restarts = { count: this.restarts.count + 1, notBefore: Date.now() + delay };
+        this.o.log.warn(
+          { slot: active.slot, restarts: this.restarts.count },
+          "the active operator instance is down; restarting it",
+        );
+        this.startSlot(active.slot);
+      } else if (Date.now() - Date.parse(active.started_at ?? "") > base * 64) {
+        this.restarts = { count: 0, notBefore: 0 };
+      }
+      if (!this.routeSynced) await this.syncRoute();
+      if (!this.work) await this.stopSlot(otherSlot(active.slot));
+    } catch (err) {
+      this.o.log.warn({ err }, "operator instance check failed; will retry");
+    } finally {
+      this.ticking = false;
+    }
+  }
+}

@@ -1,0 +1,120 @@
+import { createHash } from "node:crypto";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { processStartTime } from "../../src/operator/instances.js";
+import { projectRoot } from "../../src/paths.js";
+import type { HostedFile } from "../helpers/artifact-servers.js";
+import { viaProxy } from "../helpers/http.js";
+
+type After = { after: (fn: () => unknown) => void };
+
+const FAKE_OPERATOR = join(projectRoot(), "test/operator/fixtures/fake-operator.mjs");
+
+export type FakeMode = "ok" | "unhealthy" | "exit-on-traffic";
+
+/** An operator artifact: an executable script that runs the fake operator as `version` in `mode`. */
+export function fakeArtifact(version: string, mode: FakeMode = "ok"): Buffer {
+  return Buffer.from(
+    [
+      `#!${process.execPath}`,
+      `process.env.FAKE_VERSION = ${JSON.stringify(version)};`,
+      `process.env.FAKE_MODE = ${JSON.stringify(mode)};`,
+      `import(${JSON.stringify(pathToFileURL(FAKE_OPERATOR).href)});`,
+      "",
+    ].join("\n"),
+  );
+}
+
+export const sha256 = (b: Buffer) => createHash("sha256").update(b).digest("hex");
+
+/**
+ * Puts a release into `files` the way the agent looks for it: `<prefix>/<version>/operator` and, unless
+ * `sums` is false, `<prefix>/<version>/SHA256SUMS` (listing `sums` when it is a string, else the real hash).
+ */
+export function publish(
+  files: Map<string, HostedFile>,
+  prefix: string,
+  version: string,
+  artifact: Buffer,
+  opts: { sums?: boolean | string; behaviour?: HostedFile["behaviour"] } = {},
+): void {
+  files.set(`${prefix}/${version}/operator`, { body: artifact, behaviour: opts.behaviour ?? "ok" });
+  if (opts.sums === false) return;
+  const hex = typeof opts.sums === "string" ? opts.sums : sha256(artifact);
+  files.set(`${prefix}/${version}/SHA256SUMS`, {
+    body: Buffer.from(`${sha256(Buffer.from("other"))}  other-tool\n${hex}  operator\n`),
+  });
+}
+
+/**
+ * Every fake operator records its PID and start time in `dir` (passed to it through
+ * HOSTKEEPER_OPERATOR_ENV); when the test ends each still-running one is killed by its process group.
+ */
+export function instanceReaper(t: After): { dir: string; env: string; alive: () => number[] } {
+  const dir = mkdtempSync(join(tmpdir(), "hk-pids-"));
+  const recorded = () =>
+    readdirSync(dir).map((f) => ({ pid: Number(f), start: readFileSync(join(dir, f), "utf8").trim() }));
+  const alive = () => recorded().filter((p) => processStartTime(p.pid) === p.start);
+  t.after(() => {
+    for (const p of alive()) {
+      try {
+        process.kill(-p.pid, "SIGKILL");
+      } catch {
+        // gone in between
+      }
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return { dir, env: JSON.stringify({ FAKE_PID_DIR: dir }), alive: () => alive().map((p) => p.pid) };
+}
+
+/** Polls `check` until it returns something other than undefined; fails after `ms`. */
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | undefined> | T | undefined,
+  ms = 15_000,
+): Promise<T> {
+  const end = Date.now() + ms;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await check();
+      if (v !== undefined) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ""}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/**
+ * `workers` loops sending requests through Caddy back to back until stopped: half on a fresh connection
+ * each, half on kept-alive ones.
+ */
+export function startLoad(port: number, host: string, workers = 4) {
+  let running = true;
+  const keepAlive = new http.Agent({ keepAlive: true });
+  const results: { status: number; body: string; at: number }[] = [];
+  const loops = Array.from({ length: workers }, async (_, i) => {
+    while (running) {
+      const r = await viaProxy(port, host, "/", i % 2 === 0 ? false : keepAlive).catch((err: Error) => ({
+        status: 0,
+        body: err.message,
+      }));
+      results.push({ ...r, at: Date.now() });
+    }
+  });
+  return {
+    results,
+    stop: async () => {
+      running = false;
+      await Promise.all(loops);
+      keepAlive.destroy();
+      return results;
+    },
+  };
+}
