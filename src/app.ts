@@ -1,3 +1,4 @@
+import { SerializerSelector } from "@fastify/fast-json-stringify-compiler";
 import type { TypeBoxTypeProvider } from "@fastify/type-provider-typebox";
 import Fastify, { type FastifyBaseLogger } from "fastify";
 import type { Logger } from "pino";
@@ -23,6 +24,24 @@ import { generateToken, generateWebhookSecret, loadOrCreateSecret } from "./stor
 import { registerSystemRoutes } from "./system/routes.js";
 import { createPackageManager } from "./system/select.js";
 import { SystemService, systemMigrations } from "./system/service.js";
+
+const buildSerializer = SerializerSelector();
+
+/**
+ * Response serializers are compiled on first use rather than at start: every route declares a body for
+ * each of its problem statuses, and compiling all of them up front costs megabytes of resident memory an
+ * idle agent never uses. Request validators stay eager, so a broken request schema still fails the start.
+ */
+const lazySerializers: typeof buildSerializer = (externalSchemas, options) => {
+  const compile = buildSerializer(externalSchemas, options);
+  return (route) => {
+    let serialize: ((data: unknown) => string) | undefined;
+    return (data: unknown) => {
+      serialize ??= compile(route);
+      return serialize(data);
+    };
+  };
+};
 
 export interface AppOptions {
   config: AppConfig;
@@ -69,6 +88,7 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
     bodyLimit: agent.bodyLimit,
     requestTimeout: agent.requestTimeoutMs,
     return503OnClosing: true,
+    schemaController: { compilersFactory: { buildSerializer: lazySerializers } },
     ajv: {
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: true, useDefaults: false },
     },

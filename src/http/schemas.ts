@@ -1,4 +1,4 @@
-import { Type } from "typebox";
+import { type SchemaOptions, Type } from "@sinclair/typebox";
 import { type ProblemCode, problemCodes } from "./errors.js";
 
 export const FieldErrorSchema = Type.Object(
@@ -37,4 +37,9 @@ export function problemResponses(...codes: ProblemCode[]): Record<number, unknow
     };
   }
   return out;
+}
+
+/** A string limited to `values`, as a plain JSON Schema `enum` (clear validation messages, one OpenAPI enum). */
+export function StringEnum<const V extends readonly string[]>(values: V, options: SchemaOptions = {}) {
+  return Type.Unsafe<V[number]>({ ...options, type: "string", enum: [...values] });
 }

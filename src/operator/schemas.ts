@@ -1,4 +1,5 @@
-import { type Static, Type } from "typebox";
+import { type Static, Type } from "@sinclair/typebox";
+import { StringEnum } from "../http/schemas.js";
 import { updateErrorCodes } from "./failure.js";
 
 const updateStates = [
@@ -68,7 +69,7 @@ export const UpdateStatusSchema = Type.Object(
   {
     update_process_id: Type.String(),
     version: Type.String(),
-    state: Type.Enum(updateStates, { description: "`completed`, `failed` and `rolled_back` are final." }),
+    state: StringEnum(updateStates, { description: "`completed`, `failed` and `rolled_back` are final." }),
     artifact_source: Type.String({
       description: "The source used (the community source when none was given).",
     }),
@@ -89,7 +90,7 @@ export const UpdateStatusSchema = Type.Object(
     error: Type.Union(
       [
         Type.Object(
-          { code: Type.Enum(updateErrorCodes), message: Type.String() },
+          { code: StringEnum(updateErrorCodes), message: Type.String() },
           { additionalProperties: false },
         ),
         Type.Null(),

@@ -1,5 +1,3 @@
-import { AwsV4Signer } from "aws4fetch";
-
 /**
  * Where operator releases come from. A source is a prefix under which each release is a folder
  * `<source>/<version>/` holding the executable and `SHA256SUMS`. Three forms: an `https://` prefix, an
@@ -78,6 +76,8 @@ export class ArtifactSource {
   async headers(url: URL, extra: Record<string, string>): Promise<Record<string, string>> {
     const { AWS_ACCESS_KEY_ID: accessKeyId, AWS_SECRET_ACCESS_KEY: secretAccessKey } = this.o.env;
     if (!accessKeyId || !secretAccessKey || !this.onEndpoint(url)) return extra;
+    // Loaded on the first signed request: hosts that never use object storage do not carry it.
+    const { AwsV4Signer } = await import("aws4fetch");
     const signer = new AwsV4Signer({
       method: "GET",
       url: url.toString(),

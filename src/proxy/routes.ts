@@ -1,4 +1,4 @@
-import { Type } from "typebox";
+import { Type } from "@sinclair/typebox";
 import { problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
 import { RouteDeleteRequestSchema, RouteIdParamsSchema, type RouteWriteRequest } from "./schemas.js";

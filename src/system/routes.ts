@@ -1,5 +1,5 @@
+import { Type } from "@sinclair/typebox";
 import type { FastifyRequest } from "fastify";
-import { Type } from "typebox";
 import { problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
 import { ApplyHistoryQuerySchema, type ApplyUpdatesRequest, systemSharedSchemas } from "./schemas.js";

@@ -1,6 +1,7 @@
-import { type Static, Type } from "typebox";
+import { type Static, Type } from "@sinclair/typebox";
+import { StringEnum } from "../http/schemas.js";
 
-const PackageManagerName = Type.Enum(["apt", "dnf", "none"], {
+const PackageManagerName = StringEnum(["apt", "dnf", "none"], {
   description: "The package manager the agent uses on this host (`none`: none was found).",
 });
 
@@ -53,7 +54,7 @@ export const SystemStatusSchema = Type.Object(
 
 export const ApplyUpdatesRequestSchema = Type.Object(
   {
-    update_type: Type.Enum(["security", "full"], {
+    update_type: StringEnum(["security", "full"], {
       description:
         "`security`: only updates from security origins (apt: security suites, each package at its security version; dnf: `upgrade-minimal --security`), never removing a package. `full`: everything (apt: `dist-upgrade`; dnf: `upgrade`).",
     }),
@@ -82,7 +83,7 @@ const Changes = {
         ...Pkg,
         current_version: Type.String(),
         available_version: Type.String({ description: "The version this apply would have installed." }),
-        reason: Type.Enum(["hold", "kept_back"], {
+        reason: StringEnum(["hold", "kept_back"], {
           description:
             "`hold`: named in `HOSTKEEPER_HOLD_PACKAGES`; `kept_back`: the package manager did not upgrade it (e.g. its dependencies could not be met).",
         }),
@@ -96,7 +97,7 @@ const Changes = {
 export const ApplyResultSchema = Type.Object(
   {
     id: Type.Integer({ description: "Id of this apply in the apply history." }),
-    update_type: Type.Enum(["security", "full"]),
+    update_type: StringEnum(["security", "full"]),
     package_manager: PackageManagerName,
     ...Changes,
     reboot_required: Type.Boolean({ description: "Whether the host needs a reboot after this apply." }),
@@ -128,13 +129,13 @@ export const ApplyRecordSchema = Type.Object(
       description: "The request's `x-request-id` header when it had one, else the agent's request id.",
     }),
     requested_by: RequesterSchema,
-    update_type: Type.Enum(["security", "full"]),
+    update_type: StringEnum(["security", "full"]),
     auto_reboot: Type.Boolean(),
     package_manager: PackageManagerName,
     started_at: Type.String({ format: "date-time" }),
     finished_at: Type.Union([Type.String({ format: "date-time" }), Type.Null()]),
     duration_ms: Type.Union([Type.Integer(), Type.Null()]),
-    outcome: Type.Enum(["running", "succeeded", "failed", "interrupted"], {
+    outcome: StringEnum(["running", "succeeded", "failed", "interrupted"], {
       description: "`interrupted`: the agent stopped during the apply.",
     }),
     error: Type.Union(
