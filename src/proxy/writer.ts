@@ -58,6 +58,8 @@ export interface WriterOptions {
 
 const errno = (err: unknown): string | undefined =>
   ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
+/** Up to this many changed ids are verified one by one; more, by one read of all routes. */
+const FEW = 8;
 /** Connection errors that prove the request never reached Caddy. */
 const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
 
@@ -70,10 +72,11 @@ const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
 export class RouteWriter {
   private readonly queue: Pending[] = [];
   private busy = false;
+  /** A change was verified by id only: the routes' new ETag still has to be read. */
+  private refreshDue = false;
   /**
-   * The routes as of the last read or verified write; dropped whenever it may be stale. After a write it
-   * holds the read-back text, parsed when the writer is idle or when the next batch needs it, so parsing
-   * thousands of routes is not part of the answer's latency.
+   * The routes as of the last read or verified write; dropped whenever it may be stale. After a refresh it
+   * holds the text Caddy sent, parsed when the next batch needs it.
    */
   private cache: RoutesState | { text: string; etag: string } | undefined;
   readonly routesPath: string;
@@ -108,7 +111,11 @@ export class RouteWriter {
     if (this.busy) return;
     this.busy = true;
     try {
-      while (this.queue.length > 0) {
+      while (this.queue.length > 0 || this.refreshDue) {
+        if (this.queue.length === 0) {
+          await this.refresh();
+          continue;
+        }
         const batch = this.queue.splice(0, this.maxBatch);
         try {
           await this.apply(batch, true);
@@ -125,6 +132,29 @@ export class RouteWriter {
       }
     } finally {
       this.busy = false;
+    }
+  }
+
+  /**
+   * Reads the routes and their ETag after a change was verified and answered, so the next change starts
+   * from a known state without the answer waiting for a read of every route.
+   */
+  private async refresh(): Promise<void> {
+    this.refreshDue = false;
+    try {
+      const res = await this.admin.read(this.routesPath);
+      if (res.status !== 200 || !res.etag) {
+        this.cache = undefined;
+        return;
+      }
+      const cached = { text: res.text, etag: res.etag };
+      this.cache = cached;
+      // Parsed while idle, so the next change does not wait for it.
+      setImmediate(() => {
+        if (this.cache === cached) this.cachedState();
+      });
+    } catch {
+      this.cache = undefined;
     }
   }
 
@@ -336,27 +366,30 @@ export class RouteWriter {
     return this.admin.write("POST", `/config/${parent ? `${parent}/` : ""}${chain[depth]}`, value, ifMatch);
   }
 
-  /** Reads the routes back, checks each applied change is there as written, and caches the result. */
+  /** Checks each applied change is in Caddy as written, before it is answered. */
   private async verify(p: Plan): Promise<string | undefined> {
-    const res = await this.admin.read(this.routesPath);
-    if (res.status !== 200 || !res.etag) return `reading the routes back failed: ${caddyErrorText(res)}`;
     // Only the last change to an id decides what Caddy must hold for it (a batch may create and delete one id).
     const last = new Map(p.applied.map(({ op }) => [opId(op), op]));
-    // Fast path on the text: Caddy writes objects with sorted keys, as canonicalJson does, so a route
-    // written by the agent appears verbatim. Anything else is decided on the parsed routes.
-    const textShowsAll = [...last].every(([id, op]) =>
-      op.kind === "delete"
-        ? !res.text.includes(`{"@id":${JSON.stringify(id)},`)
-        : res.text.includes(canonicalJson(op.route)),
-    );
-    if (textShowsAll) {
-      const cached = { text: res.text, etag: res.etag };
-      this.cache = cached;
-      setImmediate(() => {
-        if (this.cache === cached) this.cachedState();
-      });
-      return undefined;
+    if (last.size <= FEW) {
+      // A few changes: read just those routes by id, whatever the number of routes; the routes' new
+      // ETag is read once the answers are out (refresh), before the writer touches Caddy again.
+      this.cache = undefined;
+      this.refreshDue = true;
+      const problems = await Promise.all(
+        [...last].map(async ([id, op]) => {
+          const res = await this.admin.read(`/id/${encodeURIComponent(id)}`);
+          if (op.kind === "delete")
+            return res.status === 404 ? undefined : `route ${id} is still present after its deletion`;
+          if (res.status !== 200) return `route ${id} cannot be read back: ${caddyErrorText(res)}`;
+          return canonicalJson(JSON.parse(res.text)) === canonicalJson(op.route)
+            ? undefined
+            : `route ${id} does not read back as written`;
+        }),
+      );
+      return problems.find((x) => x !== undefined);
     }
+    const res = await this.admin.read(this.routesPath);
+    if (res.status !== 200 || !res.etag) return `reading the routes back failed: ${caddyErrorText(res)}`;
     const routes = (JSON.parse(res.text) as RouteJson[] | null) ?? [];
     const byId = new Map(routes.map((r) => [r["@id"], r]));
     for (const [id, op] of last) {
