@@ -32,7 +32,8 @@ echo "deb [trusted=yes] $mirror sid main" >"$work/sources.list"
 opts=(-o "Dir::Etc::sourcelist=$work/sources.list" -o "Dir::Etc::sourceparts=$work/parts"
   -o "Dir::State::Lists=$work/lists" -o "Dir::Cache::archives=$work/archives"
   -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache=" -o "APT::Update::Error-Mode=any"
-  -o "Acquire::Languages=none" -o "APT::Architecture=$(dpkg --print-architecture)")
+  -o "Acquire::Languages=none" -o "APT::Architecture=$(dpkg --print-architecture)"
+  -o "APT::Sandbox::User=root")
 apt-get -qq "${opts[@]}" update
 (cd "$work" && apt-get -qq "${opts[@]}" download caddy)
 rm -rf "$dest"
