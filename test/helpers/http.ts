@@ -34,10 +34,18 @@ export interface ReceivedWebhook {
   at: number;
 }
 
-/** A loopback callback receiver; `status` decides the answer for each request. */
+/**
+ * A loopback callback receiver; `status` decides the answer for each request. A callback is recorded as soon
+ * as its body is in; when `hold` returns a promise for it, the answer waits for that promise (so a test can
+ * stop the sender between the receiver having a callback and the sender learning it arrived).
+ */
 export async function startReceiver(
   t: After,
-  opts: { status?: (n: number) => number; port?: number } = {},
+  opts: {
+    status?: (n: number) => number;
+    port?: number;
+    hold?: (w: ReceivedWebhook) => Promise<unknown> | undefined;
+  } = {},
 ): Promise<{
   url: string;
   port: number;
@@ -50,11 +58,16 @@ export async function startReceiver(
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
-    req.on("end", () => {
+    req.on("end", async () => {
       const status = opts.status ? opts.status(n++) : 200;
       const body = Buffer.concat(chunks).toString("utf8");
-      if (status >= 200 && status < 300)
-        received.push({ headers: req.headers, body, json: JSON.parse(body), at: Date.now() });
+      let held: Promise<unknown> | undefined;
+      if (status >= 200 && status < 300) {
+        const w = { headers: req.headers, body, json: JSON.parse(body), at: Date.now() };
+        received.push(w);
+        held = opts.hold?.(w);
+      }
+      if (held) await held;
       res.writeHead(status).end();
     });
   });

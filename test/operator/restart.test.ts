@@ -9,9 +9,9 @@ import { projectRoot } from "../../src/paths.js";
 import { TEST_SECRET, TEST_TOKEN } from "../helpers/app.js";
 import { startArtifactServer } from "../helpers/artifact-servers.js";
 import { freePort, startCaddy } from "../helpers/caddy.js";
-import { startReceiver, verifyStandardWebhook, viaProxy } from "../helpers/http.js";
+import { type ReceivedWebhook, startReceiver, verifyStandardWebhook, viaProxy } from "../helpers/http.js";
 import { makeTestCa } from "../helpers/tls.js";
-import { fakeArtifact, instanceReaper, publish, waitFor } from "./support.js";
+import { distinctCallbacks, fakeArtifact, instanceReaper, publish, waitFor } from "./support.js";
 
 const DOMAIN = "operator-restart.test";
 
@@ -33,7 +33,21 @@ test("the agent killed with SIGKILL mid-update finishes or undoes the update whe
   const ca = makeTestCa(dir);
   const artifacts = await startArtifactServer(t, ca);
   const caddy = await startCaddy(t);
-  const receiver = await startReceiver(t);
+  // The first delivery of r3's `draining` callback is left unanswered until the agent sending it is killed.
+  let release = () => {};
+  const cut = new Promise<void>((r) => {
+    release = r;
+  });
+  t.after(() => release());
+  let held: ReceivedWebhook | undefined;
+  const receiver = await startReceiver(t, {
+    hold: (w) => {
+      if (held || w.json.data.update_process_id !== "r3" || w.json.data.state !== "draining")
+        return undefined;
+      held = w;
+      return cut;
+    },
+  });
   const reaper = instanceReaper(t);
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? "",
@@ -136,7 +150,9 @@ test("the agent killed with SIGKILL mid-update finishes or undoes the update whe
     await waitFor("the switch", async () =>
       (await state(second, "r3")).state === "draining" ? true : undefined,
     );
+    await waitFor("the draining callback, unanswered", () => (held ? true : undefined));
     await second.kill();
+    release();
     assert.equal(await serving(), "v3");
 
     const third = await startAgent();
@@ -164,19 +180,34 @@ test("the agent killed with SIGKILL mid-update finishes or undoes the update whe
     assert.deepEqual(reaper.alive(), [now.pid], "exactly one instance runs");
     assert.equal(await serving(), "v3");
 
-    // The outbox is durable: every state of every update is delivered, in order, across the restarts.
+    // The outbox is durable: every state of every update is delivered, in order, across the restarts, at
+    // least once. The `draining` callback the second agent was sending when it was killed (the receiver had
+    // it, the agent never saw the answer) comes again from the third agent, as the same event under the same
+    // webhook-id. Any other attempt a kill cut short may come twice as well: at most once per kill, since one
+    // update's callbacks go one at a time, and right after its first delivery.
     for (const id of ["r1", "r2", "r3"]) {
       const history = (await state(third, id)).history.map((h) => h.state);
-      const got = await waitFor(`callbacks of ${id}`, () => {
-        const c = receiver.received.filter((w) => w.json.data.update_process_id === id);
-        return c.length >= history.length ? c : undefined;
+      const { events, repeats } = await waitFor(`callbacks of ${id}`, () => {
+        const d = distinctCallbacks(receiver.received.filter((w) => w.json.data.update_process_id === id));
+        return d.events.length >= history.length ? d : undefined;
       });
       assert.deepEqual(
-        got.map((w) => w.json.data.state),
+        events.map((w) => w.json.data.state),
         history,
         id,
       );
-      assert.ok(got.every((w) => verifyStandardWebhook(TEST_SECRET, w)));
+      assert.equal(new Set(events.map((w) => w.headers["webhook-id"])).size, events.length, id);
+      for (const r of repeats) assert.equal(r.again.body, r.first.body, `${id}: a repeat is the same event`);
+      if (id === "r3")
+        assert.deepEqual(
+          repeats.map((r) => r.again.json.data.state),
+          ["draining"],
+          "r3: the cut delivery is made again",
+        );
+      else assert.ok(repeats.length <= 2, `${id}: at most one repeat per kill`);
+      assert.ok(
+        [...events, ...repeats.map((r) => r.again)].every((w) => verifyStandardWebhook(TEST_SECRET, w)),
+      );
     }
   });
 });

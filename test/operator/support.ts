@@ -7,7 +7,7 @@ import { pathToFileURL } from "node:url";
 import { processStartTime } from "../../src/operator/instances.js";
 import { projectRoot } from "../../src/paths.js";
 import type { HostedFile } from "../helpers/artifact-servers.js";
-import { viaProxy } from "../helpers/http.js";
+import { type ReceivedWebhook, viaProxy } from "../helpers/http.js";
 
 type After = { after: (fn: () => unknown) => void };
 
@@ -69,6 +69,28 @@ export function instanceReaper(t: After): { dir: string; env: string; alive: () 
     rmSync(dir, { recursive: true, force: true });
   });
   return { dir, env: JSON.stringify({ FAKE_PID_DIR: dir }), alive: () => alive().map((p) => p.pid) };
+}
+
+/**
+ * Callbacks the way a Standard Webhooks receiver reads them. Delivery is at least once: an attempt cut short
+ * by a killed agent (the receiver has the event, the agent never recorded its 2xx) is made again by the next
+ * agent under the same `webhook-id`. `events` are the deliveries in the order received, each repeat of the
+ * event received just before it (same `webhook-id`) moved to `repeats`; an event that comes again after a
+ * later one stays in `events` twice, so comparing `events` with the history still catches it.
+ */
+export function distinctCallbacks(received: readonly ReceivedWebhook[]): {
+  events: ReceivedWebhook[];
+  repeats: { first: ReceivedWebhook; again: ReceivedWebhook }[];
+} {
+  const events: ReceivedWebhook[] = [];
+  const repeats: { first: ReceivedWebhook; again: ReceivedWebhook }[] = [];
+  for (const w of received) {
+    const last = events.at(-1);
+    if (last !== undefined && last.headers["webhook-id"] === w.headers["webhook-id"])
+      repeats.push({ first: last, again: w });
+    else events.push(w);
+  }
+  return { events, repeats };
 }
 
 /** Polls `check` until it returns something other than undefined; fails after `ms`. */
