@@ -158,6 +158,8 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   });
   app.addHook("onClose", async () => {
     await operator.close();
+    // A change's records are finished after its answer; let the writer get there before the database closes.
+    await Promise.race([writer.whenIdle(), new Promise((r) => setTimeout(r, 5000).unref())]);
     await outbox.close();
     await systemService.close();
     db.close();

@@ -74,6 +74,7 @@ export class RouteWriter {
   private busy = false;
   /** A change was verified by id only: the routes' new ETag still has to be read. */
   private refreshDue = false;
+  private idleWaiters: (() => void)[] = [];
   /**
    * The routes as of the last read or verified write; dropped whenever it may be stale. After a refresh it
    * holds the text Caddy sent, parsed when the next batch needs it.
@@ -97,6 +98,12 @@ export class RouteWriter {
       this.queue.push({ req, resolve, previous: null });
       void this.drain();
     });
+  }
+
+  /** Resolves once no change is queued or under way and the post-answer read is done. */
+  whenIdle(): Promise<void> {
+    if (!this.busy && this.queue.length === 0 && !this.refreshDue) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
   /** The managed server's routes, read from Caddy now, as Caddy's own JSON text (`[]` when there are none). */
@@ -132,6 +139,7 @@ export class RouteWriter {
       }
     } finally {
       this.busy = false;
+      if (this.queue.length === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
     }
   }
 

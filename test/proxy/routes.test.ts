@@ -501,6 +501,8 @@ test("a change made to Caddy behind the agent's back is picked up (If-Match 412,
       .statusCode,
     201,
   );
+  // The writer reads the routes' new ETag after answering; the outside write must come after that read.
+  await app.services.writer.whenIdle();
   await caddy.admin.write("POST", "/config/apps/http/servers/srv0/routes", {
     "@id": "outside.test",
     match: [{ host: ["outside.test"] }],
