@@ -81,7 +81,8 @@ export async function holdPidFiles(t: After, pidFiles: readonly string[]) {
 export function rebootMarker(dir: string) {
   const script = join(dir, "fake-reboot.sh");
   const marker = join(dir, "rebooted-at");
-  writeFileSync(script, '#!/bin/sh\ndate +%s%3N > "$1"\n');
+  // Written aside and renamed into place: a reader never sees the file created but still empty.
+  writeFileSync(script, '#!/bin/sh\ndate +%s%3N > "$1.tmp" && mv "$1.tmp" "$1"\n');
   chmodSync(script, 0o755);
   return {
     command: `${script} ${marker}`,
