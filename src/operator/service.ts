@@ -73,6 +73,8 @@ export class OperatorService {
   private monitor: NodeJS.Timeout | undefined;
   private ticking = false;
   private routeSynced = false;
+  /** The last route sync, which the next one waits for. */
+  private routeSync: Promise<void> = Promise.resolve();
   private restarts = { count: 0, notBefore: 0 };
 
   constructor(private readonly o: OperatorServiceOptions) {
@@ -388,7 +390,15 @@ export class OperatorService {
    * (first install) or turning it into a 503 answer (nothing to serve) reloads Caddy's config, which resets
    * a few connections arriving at that moment.
    */
-  private async syncRoute(): Promise<void> {
+  private syncRoute(): Promise<void> {
+    // One sync at a time, each reading the active slot inside: the monitor's sync and an update's switch can
+    // overlap, and a sync that read the slot before a switch must not write it after the switch's own.
+    const run = this.routeSync.then(() => this.syncRouteNow());
+    this.routeSync = run.catch(() => undefined);
+    return run;
+  }
+
+  private async syncRouteNow(): Promise<void> {
     const id = this.routeId as string;
     const active = this.store.active();
     if (active?.port != null) await writeAtomically(this.upstreamFile, `127.0.0.1:${active.port}`);
