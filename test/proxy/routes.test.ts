@@ -211,9 +211,16 @@ test("a receiver that is down does not block the change and gets the event later
   await rx.waitFor(1, 10_000);
   assert.ok(Date.now() - started >= 700, "delivered by a retry, not the first attempt");
   assert.ok(verifyStandardWebhook(TEST_SECRET, rx.received[0] as never));
-  const ev = app.services.db
-    .prepare("SELECT state, attempts FROM outbox_events WHERE id = ?")
-    .get(rx.received[0]?.headers["webhook-id"]) as { state: string; attempts: number };
+  // The receiver has the event before its answer reaches the agent, which records the attempt after that.
+  const row = app.services.db.prepare("SELECT state, attempts FROM outbox_events WHERE id = ?");
+  const id = rx.received[0]?.headers["webhook-id"];
+  let ev = row.get(id) as { state: string; attempts: number };
+  for (
+    const end = Date.now() + 5000;
+    ev.state === "pending" && Date.now() < end;
+    ev = row.get(id) as typeof ev
+  )
+    await new Promise((r) => setTimeout(r, 20));
   assert.deepEqual(ev, { state: "delivered", attempts: 2 });
 });
 
