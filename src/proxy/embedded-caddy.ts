@@ -77,7 +77,7 @@ export async function ensureEmbeddedCaddy(opts: {
   while (Date.now() < deadline) {
     if (exited) throw new Error(`embedded Caddy ${exited}; see ${join(dir, "caddy.log")}`);
     if (await answers(admin)) {
-      opts.log.info({ pid: child.pid, socket: socketPath }, "started the embedded Caddy");
+      opts.log.info({ caddyPid: child.pid, socket: socketPath }, "started the embedded Caddy");
       return { address, startedPid: child.pid };
     }
     await new Promise((r) => setTimeout(r, 100));
