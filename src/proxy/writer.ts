@@ -175,10 +175,7 @@ export class RouteWriter {
 
   private async readState(): Promise<RoutesState> {
     const res = await this.admin.read(this.routesPath);
-    if (res.status === 200 && res.etag) {
-      const parsed = JSON.parse(res.text) as RouteJson[] | null;
-      return { serverExists: true, routesPresent: parsed !== null, routes: parsed ?? [], etag: res.etag };
-    }
+    if (res.status === 200 && res.etag) return routesStateOf(res.text, res.etag);
     if (await this.serverMissing(res.status)) {
       const whole = await this.admin.read("/config/");
       if (whole.status !== 200 || !whole.etag) throw new CaddyApiError(whole.status, caddyErrorText(whole));
@@ -398,8 +395,8 @@ export class RouteWriter {
     }
     const res = await this.admin.read(this.routesPath);
     if (res.status !== 200 || !res.etag) return `reading the routes back failed: ${caddyErrorText(res)}`;
-    const routes = (JSON.parse(res.text) as RouteJson[] | null) ?? [];
-    const byId = new Map(routes.map((r) => [r["@id"], r]));
+    const state = routesStateOf(res.text, res.etag);
+    const byId = new Map(state.routes.map((r) => [r["@id"], r]));
     for (const [id, op] of last) {
       const got = byId.get(id);
       if (op.kind === "delete") {
@@ -408,7 +405,7 @@ export class RouteWriter {
         return `route ${id} does not read back as written`;
       }
     }
-    this.cache = { serverExists: true, routesPresent: true, routes, etag: res.etag };
+    this.cache = state;
     return undefined;
   }
 
@@ -416,15 +413,8 @@ export class RouteWriter {
   private cachedState(): RoutesState | undefined {
     const c = this.cache;
     if (c === undefined || "routes" in c) return c;
-    const parsed = JSON.parse(c.text) as RouteJson[] | null;
-    const state: RoutesState = {
-      serverExists: true,
-      routesPresent: parsed !== null,
-      routes: parsed ?? [],
-      etag: c.etag,
-    };
-    this.cache = state;
-    return state;
+    this.cache = routesStateOf(c.text, c.etag);
+    return this.cache;
   }
 
   /** Puts the captured routes back as they were before the change. */
@@ -456,6 +446,12 @@ export class RouteWriter {
       };
     }
   }
+}
+
+/** The state of an existing server from Caddy's answer for its routes path (`null` when it has no routes key). */
+function routesStateOf(text: string, etag: string): RoutesState {
+  const parsed = JSON.parse(text) as RouteJson[] | null;
+  return { serverExists: true, routesPresent: parsed !== null, routes: parsed ?? [], etag };
 }
 
 function failureOf(err: unknown): WriteFailure {
