@@ -4,8 +4,15 @@ import Fastify, { type FastifyBaseLogger } from "fastify";
 import type { Logger } from "pino";
 import { DenyList } from "./events/egress.js";
 import { Outbox, outboxMigrations } from "./events/outbox.js";
-import { registerBearerAuth } from "./http/auth.js";
-import { registerErrorHandling } from "./http/errors.js";
+import { bearerTokenCheck, registerBearerAuth } from "./http/auth.js";
+import {
+  httpEdgeOptions,
+  MAX_PARAM_LENGTH,
+  type RegisteredRoute,
+  RouteTable,
+  registerProblemHandlers,
+  trackRoutes,
+} from "./http/edge.js";
 import { registerOpenApi } from "./http/openapi.js";
 import type { App } from "./http/types.js";
 import { registerOperatorRoutes } from "./operator/routes.js";
@@ -58,6 +65,8 @@ declare module "fastify" {
       writer: RouteWriter;
       operator: OperatorService;
     };
+    /** Every route the app serves, as registered (tests walk it). */
+    registeredRoutes: () => readonly RegisteredRoute[];
   }
 }
 
@@ -83,7 +92,10 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   const secret =
     events.webhookSecret ?? loadOrCreateSecret(agent.dataDir, "webhook-secret", generateWebhookSecret).value;
 
+  const check = bearerTokenCheck(typeof token === "string" ? token : token.value);
   const app = Fastify({
+    ...httpEdgeOptions(check),
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     loggerInstance: logger as FastifyBaseLogger,
     bodyLimit: agent.bodyLimit,
     requestTimeout: agent.requestTimeoutMs,
@@ -141,12 +153,16 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
 
   // JSON is the only body the API takes; anything else is 415 rather than a string failing validation.
   app.removeContentTypeParser("text/plain");
-  registerErrorHandling(app);
+  const table = new RouteTable();
+  trackRoutes(app, table);
+  app.decorate("registeredRoutes", () => table.routes());
+  // First hook of the root scope: the token is checked before anything else runs, for every route.
+  registerBearerAuth(app, check);
+  registerProblemHandlers(app, table);
   await registerOpenApi(app);
   for (const s of [...proxySharedSchemas, ...operatorSharedSchemas]) app.addSchema(s);
-  registerBearerAuth(app, typeof token === "string" ? token : token.value);
 
-  app.get("/healthz", { schema: { hide: true } }, async () => ({ status: "ok" }));
+  app.get("/healthz", { schema: { hide: true }, config: { public: true } }, async () => ({ status: "ok" }));
   app.get("/v1/openapi.json", { schema: { hide: true } }, async () => app.swagger());
   registerProxyRoutes(app, routes);
   registerSystemRoutes(app, systemService);

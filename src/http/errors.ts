@@ -1,4 +1,4 @@
-import type { FastifyError, FastifyInstance } from "fastify";
+import type { FastifyError, FastifyReply } from "fastify";
 
 /**
  * The closed set of problem codes the API answers with. Each has one status and one title; the code also
@@ -7,6 +7,7 @@ import type { FastifyError, FastifyInstance } from "fastify";
 export const problemCodes = {
   validation_failed: { status: 400, title: "Request validation failed" },
   malformed_body: { status: 400, title: "Malformed request body" },
+  malformed_request: { status: 400, title: "Malformed request" },
   unauthorized: { status: 401, title: "Missing or invalid bearer token" },
   operator_route_immutable: { status: 403, title: "Operator route is immutable" },
   not_found: { status: 404, title: "Not found" },
@@ -16,8 +17,10 @@ export const problemCodes = {
   route_exists: { status: 409, title: "Route already exists" },
   update_in_progress: { status: 409, title: "Update already in progress" },
   update_id_conflict: { status: 409, title: "Update process id already used with a different request" },
+  request_timeout: { status: 408, title: "Request timed out" },
   payload_too_large: { status: 413, title: "Request body too large" },
   unsupported_media_type: { status: 415, title: "Unsupported media type" },
+  request_header_fields_too_large: { status: 431, title: "Request header fields too large" },
   internal_error: { status: 500, title: "Internal server error" },
   package_manager_busy: { status: 500, title: "Package manager busy" },
   package_manager_failed: { status: 500, title: "Package manager failed" },
@@ -85,36 +88,111 @@ export function problemBody(err: ApiError): ProblemBody {
 
 interface AjvError {
   instancePath?: string;
+  schemaPath?: string;
   keyword?: string;
   message?: string;
   params?: Record<string, unknown>;
 }
 
+const plural = (n: unknown, one: string) => `${n} ${one}${n === 1 ? "" : "s"}`;
+const typeNames: Record<string, string> = {
+  string: "a string",
+  integer: "an integer",
+  number: "a number",
+  boolean: "a boolean",
+  array: "an array",
+  object: "an object",
+  null: "null",
+};
+
+/** One sentence per validator keyword, in the words of the API's documentation rather than the validator's. */
+function keywordMessage(v: AjvError): string {
+  const p = v.params ?? {};
+  switch (v.keyword) {
+    case "enum":
+      return Array.isArray(p.allowedValues)
+        ? `must be one of: ${p.allowedValues.map((x) => (typeof x === "string" ? x : JSON.stringify(x))).join(", ")}`
+        : "is not an allowed value";
+    case "type": {
+      const types = String(p.type ?? "").split(",");
+      return `must be ${types.map((t) => typeNames[t] ?? t).join(" or ")}`;
+    }
+    case "minLength":
+      return `must be at least ${plural(p.limit, "character")} long`;
+    case "maxLength":
+      return `must be at most ${plural(p.limit, "character")} long`;
+    case "minimum":
+      return `must be at least ${p.limit}`;
+    case "maximum":
+      return `must be at most ${p.limit}`;
+    case "minItems":
+      return `must have at least ${plural(p.limit, "item")}`;
+    case "maxItems":
+      return `must have at most ${plural(p.limit, "item")}`;
+    case "pattern":
+      return "has characters or a form the field does not allow (see its description)";
+    case "required":
+      return "is required";
+    case "additionalProperties":
+      return "is not a known field";
+    default:
+      return v.message ?? "is invalid";
+  }
+}
+
 function fieldErrors(context: string | undefined, validation: AjvError[]): FieldError[] {
   const base = context ?? "body";
-  return validation.map((v) => {
+  // A failed union reports each branch and then itself; its branches' errors say less than one line for it.
+  const unions = validation.filter((v) => v.keyword === "anyOf" || v.keyword === "oneOf");
+  const kept = validation.filter(
+    (v) =>
+      !unions.some(
+        (u) => u !== v && u.instancePath === v.instancePath && v.schemaPath?.startsWith(`${u.schemaPath}/`),
+      ),
+  );
+  const out: FieldError[] = [];
+  for (const v of kept) {
     let path = (v.instancePath ?? "")
       .split("/")
       .filter((p) => p !== "")
       .map((p) => (/^\d+$/.test(p) ? `[${p}]` : `.${p.replace(/~1/g, "/").replace(/~0/g, "~")}`))
       .join("");
-    let message = v.message ?? "is invalid";
     const params = v.params ?? {};
-    if (v.keyword === "required" && typeof params.missingProperty === "string") {
+    if (v.keyword === "required" && typeof params.missingProperty === "string")
       path += `.${params.missingProperty}`;
-      message = "is required";
-    } else if (v.keyword === "additionalProperties" && typeof params.additionalProperty === "string") {
+    else if (v.keyword === "additionalProperties" && typeof params.additionalProperty === "string")
       path += `.${params.additionalProperty}`;
-      message = "is not a known field";
-    } else if (v.keyword === "enum" && Array.isArray(params.allowedValues)) {
-      message = `must be one of ${params.allowedValues.map((x) => JSON.stringify(x)).join(", ")}`;
-    }
-    return { field: `${base}${path}`, message };
-  });
+    const message =
+      v.keyword === "anyOf" || v.keyword === "oneOf" ? unionMessage(validation, v) : keywordMessage(v);
+    const field = `${base}${path}`;
+    if (!out.some((e) => e.field === field && e.message === message)) out.push({ field, message });
+  }
+  return out;
 }
 
-function describe(errors: FieldError[]): string {
+/** For `type: string | null` style unions: the types the branches accept, else the validator's own words. */
+function unionMessage(all: AjvError[], union: AjvError): string {
+  const branchTypes = all
+    .filter(
+      (v) =>
+        v.keyword === "type" &&
+        v.instancePath === union.instancePath &&
+        v.schemaPath?.startsWith(`${union.schemaPath}/`),
+    )
+    .map((v) => String(v.params?.type ?? ""));
+  return branchTypes.length > 0
+    ? `must be ${branchTypes.map((t) => typeNames[t] ?? t).join(" or ")}`
+    : "does not match any allowed form";
+}
+
+/** The `detail` of a validation problem: every offending field and what is wrong with it. */
+export function validationDetail(errors: FieldError[]): string {
   return errors.map((e) => `${e.field} ${e.message}`).join("; ");
+}
+
+/** A 400 `validation_failed` naming each offending field; the one way domain checks report bad input. */
+export function validationFailed(errors: FieldError[]): ApiError {
+  return new ApiError("validation_failed", validationDetail(errors), { errors });
 }
 
 /** Maps anything thrown in a request to a problem; unknown errors are logged with their stack and never shown. */
@@ -122,8 +200,10 @@ export function toApiError(err: FastifyError | Error): { apiError: ApiError; une
   if (err instanceof ApiError) return { apiError: err, unexpected: false };
   const fe = err as FastifyError & { validation?: AjvError[]; validationContext?: string };
   if (Array.isArray(fe.validation)) {
-    const errors = fieldErrors(fe.validationContext, fe.validation);
-    return { apiError: new ApiError("validation_failed", describe(errors), { errors }), unexpected: false };
+    return {
+      apiError: validationFailed(fieldErrors(fe.validationContext, fe.validation)),
+      unexpected: false,
+    };
   }
   switch (fe.code) {
     case "FST_ERR_CTP_BODY_TOO_LARGE":
@@ -131,8 +211,12 @@ export function toApiError(err: FastifyError | Error): { apiError: ApiError; une
         apiError: new ApiError("payload_too_large", "the request body exceeds the configured limit"),
         unexpected: false,
       };
-    case "FST_ERR_CTP_INVALID_MEDIA_TYPE":
     case "FST_ERR_CTP_INVALID_CONTENT_LENGTH":
+      return {
+        apiError: new ApiError("malformed_request", "the body's length does not match its Content-Length"),
+        unexpected: false,
+      };
+    case "FST_ERR_CTP_INVALID_MEDIA_TYPE":
       return {
         apiError: new ApiError("unsupported_media_type", "request bodies must be application/json"),
         unexpected: false,
@@ -153,24 +237,18 @@ export function toApiError(err: FastifyError | Error): { apiError: ApiError; une
   if (fe.statusCode === 404)
     return { apiError: new ApiError("not_found", "no such resource"), unexpected: false };
   if (typeof fe.statusCode === "number" && fe.statusCode >= 400 && fe.statusCode < 500)
-    return { apiError: new ApiError("malformed_body", fe.message), unexpected: false };
+    return {
+      apiError: new ApiError("malformed_request", "the request could not be read"),
+      unexpected: false,
+    };
   return {
     apiError: new ApiError("internal_error", "the agent failed unexpectedly; see its log"),
     unexpected: true,
   };
 }
 
-export function registerErrorHandling(app: FastifyInstance): void {
-  app.setErrorHandler((err, request, reply) => {
-    const { apiError, unexpected } = toApiError(err as FastifyError);
-    if (unexpected) request.log.error({ err }, "unexpected error");
-    else if (apiError.status >= 500)
-      request.log.warn({ code: apiError.code, detail: apiError.message }, "request failed");
-    if (apiError.code === "unauthorized") void reply.header("www-authenticate", 'Bearer realm="hostkeeper"');
-    return reply.code(apiError.status).type("application/problem+json").send(problemBody(apiError));
-  });
-  app.setNotFoundHandler((request, reply) => {
-    const err = new ApiError("not_found", `no route for ${request.method} ${request.url.split("?")[0]}`);
-    return reply.code(404).type("application/problem+json").send(problemBody(err));
-  });
+/** Sends `err` as the problem body; the one place a problem reaches the wire for a parsed request. */
+export function sendProblem(reply: FastifyReply, err: ApiError): FastifyReply {
+  if (err.code === "unauthorized") void reply.header("www-authenticate", 'Bearer realm="hostkeeper"');
+  return reply.code(err.status).type("application/problem+json").send(problemBody(err));
 }

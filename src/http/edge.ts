@@ -1,0 +1,134 @@
+import { STATUS_CODES } from "node:http";
+import type { Socket } from "node:net";
+import type {
+  FastifyError,
+  FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
+  FastifyServerOptions,
+} from "fastify";
+import FindMyWay from "find-my-way";
+import type { TokenCheck } from "./auth.js";
+import { ApiError, type ProblemCode, problemBody, sendProblem, toApiError } from "./errors.js";
+
+/**
+ * Route parameters may be as long as a request line can be (Node caps the whole head at 16 KiB), so a
+ * long id reaches its route and its schema answers, never the router's 414.
+ */
+export const MAX_PARAM_LENGTH = 16 * 1024;
+
+export interface RegisteredRoute {
+  method: string;
+  url: string;
+  public: boolean;
+}
+
+/**
+ * Every route the app registered, matched the way Fastify's router matches them (same library, same
+ * options), so the not-found handler can tell a wrong method on a known path (405 with `Allow`) from an
+ * unknown path (404), and tests can walk what is really served rather than a list kept by hand.
+ */
+export class RouteTable {
+  private readonly router = FindMyWay({ maxParamLength: MAX_PARAM_LENGTH });
+  private readonly list: RegisteredRoute[] = [];
+  private readonly methods = new Set<string>();
+
+  add(method: string | string[], url: string, isPublic: boolean): void {
+    for (const m of Array.isArray(method) ? method : [method]) {
+      if (this.list.some((r) => r.method === m && r.url === url)) continue;
+      this.list.push({ method: m, url, public: isPublic });
+      this.methods.add(m);
+      this.router.on(m as FindMyWay.HTTPMethod, url, () => undefined);
+    }
+  }
+
+  routes(): readonly RegisteredRoute[] {
+    return this.list;
+  }
+
+  /** The methods some route answers for this URL (its path decoded as the router decodes it). */
+  allowed(url: string): string[] {
+    return [...this.methods].filter((m) => this.router.find(m as FindMyWay.HTTPMethod, url) !== null).sort();
+  }
+}
+
+/** Collects the app's routes into `table`; register before any route is added. */
+export function trackRoutes(app: FastifyInstance, table: RouteTable): void {
+  app.addHook("onRoute", (route) => {
+    table.add(route.method, route.url, route.config?.public === true);
+  });
+}
+
+/**
+ * Every answer the API sends is problem+json from here: errors thrown in a request, unknown paths (404),
+ * known paths with the wrong method (405 with `Allow`). The token hook runs before the not-found handler,
+ * so without a token an unknown path is 401 like any other.
+ */
+export function registerProblemHandlers(app: FastifyInstance, table: RouteTable): void {
+  app.setErrorHandler((err, request, reply) => {
+    const { apiError, unexpected } = toApiError(err as FastifyError);
+    if (unexpected) request.log.error({ err }, "unexpected error");
+    else if (apiError.status >= 500)
+      request.log.warn({ code: apiError.code, detail: apiError.message }, "request failed");
+    return sendProblem(reply, apiError);
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split("?")[0];
+    const allow = table.allowed(request.url);
+    if (allow.length > 0) {
+      void reply.header("allow", allow.join(", "));
+      return sendProblem(
+        reply,
+        new ApiError("method_not_allowed", `${path} answers ${allow.join(", ")}, not ${request.method}`),
+      );
+    }
+    return sendProblem(reply, new ApiError("not_found", `no route for ${request.method} ${path}`));
+  });
+}
+
+/**
+ * Fastify's answers for requests that never reach a route (a malformed percent escape in the path, a
+ * parameter over the router's limit) and for bytes Node's HTTP parser cannot read. Both default to plain
+ * JSON of Fastify's own shape and skip every hook; here they are problems, and a request that has a head
+ * to read still has its token checked first, so without one a client learns nothing beyond 401.
+ */
+export function httpEdgeOptions(
+  check: TokenCheck,
+): Pick<FastifyServerOptions, "frameworkErrors" | "clientErrorHandler"> {
+  return {
+    frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+      const refused = check(request.headers.authorization);
+      if (refused) return sendProblem(reply, refused);
+      const detail =
+        error.code === "FST_ERR_BAD_URL"
+          ? "the path holds a malformed percent escape"
+          : "the path cannot be matched to a route";
+      return sendProblem(reply, new ApiError("malformed_request", detail));
+    },
+    clientErrorHandler(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Socket) {
+      // A reset socket has nobody to answer; a response already under way cannot be replaced.
+      const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+      if (err.code === "ECONNRESET" || socket.destroyed || !socket.writable || inFlight?.headersSent) {
+        socket.destroy();
+        return;
+      }
+      const code: ProblemCode =
+        err.code === "ERR_HTTP_REQUEST_TIMEOUT"
+          ? "request_timeout"
+          : err.code === "HPE_HEADER_OVERFLOW"
+            ? "request_header_fields_too_large"
+            : "malformed_request";
+      // What the parser objected to stays in the log: the client may not even have sent a token.
+      this.log.debug({ err: { code: err.code, message: err.message } }, "unreadable HTTP request");
+      const problem = new ApiError(code, "the request could not be read as HTTP/1.1");
+      const body = JSON.stringify(problemBody(problem));
+      socket.end(
+        `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}\r\n` +
+          "Content-Type: application/problem+json\r\n" +
+          `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+          "Connection: close\r\n\r\n" +
+          body,
+      );
+    },
+  };
+}
