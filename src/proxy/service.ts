@@ -1,12 +1,11 @@
-import { isIP } from "node:net";
 import type { Logger } from "pino";
 import type { DenyList } from "../events/egress.js";
 import { callbackUrlProblem } from "../events/egress.js";
 import type { Outbox } from "../events/outbox.js";
-import { ApiError, type FieldError } from "../http/errors.js";
+import { ApiError, type FieldError, validationFailed } from "../http/errors.js";
 import type { Db, Migration } from "../store/db.js";
 import { CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
-import { normalizeDomain } from "./domain.js";
+import { normalizeDomain, parseDial } from "./domain.js";
 import type { Op, RouteJson } from "./plan.js";
 import type { RouteWriteRequest } from "./schemas.js";
 import type { ChangeResult, RouteWriter, WriteFailure } from "./writer.js";
@@ -44,20 +43,6 @@ export interface RouteServiceOptions {
   log: Logger;
 }
 
-const PORT_RE = /^(?:[1-9]\d{0,4})$/;
-
-/** `host:port` with a port in 1-65535; host a DNS name, an IPv4 literal or a bracketed IPv6 literal. */
-export function dialProblem(dial: string): string | undefined {
-  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d+)$/.exec(dial);
-  if (!m) return "must be host:port (IPv6 hosts in brackets)";
-  const [, v6, host, port = ""] = m;
-  if (!PORT_RE.test(port) || Number(port) > 65535) return "must have a port between 1 and 65535";
-  if (v6 !== undefined) return isIP(v6) === 6 ? undefined : "has an invalid IPv6 address";
-  if (host === undefined || isIP(host) === 4) return undefined;
-  const d = normalizeDomain(host);
-  return d.ok && !d.domain.startsWith("*") ? undefined : "has an invalid host";
-}
-
 /** Turns a write request into the Caddy route the agent manages, or the list of what is wrong with it. */
 export function buildRoute(
   body: RouteWriteRequest,
@@ -67,9 +52,12 @@ export function buildRoute(
   const domain = normalizeDomain(body.domain);
   if (!domain.ok) errors.push({ field: "body.domain", message: domain.message });
   const strategy = body.strategy ?? "first";
+  const dials = body.upstreams.map((u, i) => {
+    const d = parseDial(u.dial);
+    if (!d.ok) errors.push({ field: `body.upstreams[${i}].dial`, message: d.message });
+    return d.ok ? d.dial : u.dial;
+  });
   body.upstreams.forEach((u, i) => {
-    const p = dialProblem(u.dial);
-    if (p) errors.push({ field: `body.upstreams[${i}].dial`, message: p });
     if (u.weight !== undefined && strategy !== "weighted_round_robin")
       errors.push({
         field: `body.upstreams[${i}].weight`,
@@ -83,10 +71,7 @@ export function buildRoute(
     const p = callbackUrlProblem(body.callback_url, deny);
     if (p) errors.push({ field: "body.callback_url", message: p });
   }
-  if (errors.length > 0 || !domain.ok)
-    throw new ApiError("validation_failed", errors.map((e) => `${e.field} ${e.message}`).join("; "), {
-      errors,
-    });
+  if (errors.length > 0 || !domain.ok) throw validationFailed(errors);
   const id = domain.domain;
   return {
     id,
@@ -96,7 +81,7 @@ export function buildRoute(
       handle: [
         {
           handler: "reverse_proxy",
-          upstreams: body.upstreams.map((u) => ({ dial: u.dial })),
+          upstreams: dials.map((dial) => ({ dial })),
           load_balancing: {
             selection_policy:
               strategy === "first" ? { policy: "first" } : { policy: "weighted_round_robin", weights },
@@ -211,10 +196,7 @@ export class RouteService {
     this.guardOperator(routeId);
     if (callbackUrl !== undefined && callbackUrl !== null) {
       const p = callbackUrlProblem(callbackUrl, this.o.deny);
-      if (p)
-        throw new ApiError("validation_failed", `body.callback_url ${p}`, {
-          errors: [{ field: "body.callback_url", message: p }],
-        });
+      if (p) throw validationFailed([{ field: "body.callback_url", message: p }]);
     }
     await this.change("delete", routeId, { kind: "delete", id: routeId }, callbackUrl ?? undefined);
   }

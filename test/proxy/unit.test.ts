@@ -2,52 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { DenyList } from "../../src/events/egress.js";
 import { signWebhook } from "../../src/events/signing.js";
-import { normalizeDomain } from "../../src/proxy/domain.js";
 import { insertionIndex, plan, type RouteJson } from "../../src/proxy/plan.js";
-import { dialProblem } from "../../src/proxy/service.js";
-
-test("domain normalisation: lowercase punycode, no trailing dot, leading wildcard kept", () => {
-  const ok = (d: string) => {
-    const r = normalizeDomain(d);
-    assert.ok(r.ok, d);
-    return r.domain;
-  };
-  assert.equal(ok("App.Bücher.example."), "app.xn--bcher-kva.example");
-  assert.equal(ok("*.Example.COM"), "*.example.com");
-  assert.equal(ok("xn--bcher-kva.example"), "xn--bcher-kva.example");
-  for (const bad of [
-    "",
-    ".",
-    "a..b",
-    "-a.test",
-    "a/b.test",
-    "a.test:80",
-    "*",
-    "a.*.test",
-    `${"a".repeat(64)}.test`,
-    "xn--a.test",
-    "a b.test",
-  ])
-    assert.equal(normalizeDomain(bad).ok, false, bad);
-});
-
-test("dial validation: host:port with a port in 1-65535", () => {
-  for (const good of ["127.0.0.1:80", "localhost:65535", "[::1]:8080", "app.internal:3000"])
-    assert.equal(dialProblem(good), undefined, good);
-  for (const bad of [
-    "127.0.0.1",
-    "127.0.0.1:0",
-    "127.0.0.1:65536",
-    ":80",
-    "[::1]",
-    "::1:80",
-    "[zz]:80",
-    "a b:80",
-    "http://x:80",
-    "x:080",
-  ])
-    assert.notEqual(dialProblem(bad), undefined, bad);
-});
 
 test("placement: before catch-alls and covering wildcards, else appended", () => {
   const r = (id: string, hosts?: string[]): RouteJson => ({
