@@ -69,7 +69,10 @@ export function registerProblemHandlers(app: FastifyInstance, table: RouteTable)
     const { apiError, unexpected } = toApiError(err as FastifyError);
     if (unexpected) request.log.error({ err }, "unexpected error");
     else if (apiError.status >= 500)
-      request.log.warn({ code: apiError.code, detail: apiError.message }, "request failed");
+      request.log.warn(
+        { code: apiError.code, detail: apiError.message, cause: apiError.cause },
+        "request failed",
+      );
     return sendProblem(reply, apiError);
   });
   app.setNotFoundHandler((request, reply) => {

@@ -8,6 +8,30 @@ Every error is an RFC 9457 \`application/problem+json\` body with \`type\` (\`ur
 Unknown request fields are rejected. Callbacks (\`route_backup\`, \`operator_update\`) are JSON POSTs signed
 as Standard Webhooks (\`webhook-id\`, \`webhook-timestamp\`, \`webhook-signature\`); see the README.`;
 
+/**
+ * Route schema key for a body a client may leave out. @fastify/swagger marks every body required (Fastify
+ * needs one to validate); the route supplies `{}` itself, and the document must say the body is optional so a
+ * generated client can call the operation without one.
+ */
+export const BODY_OPTIONAL = "x-body-optional";
+
+declare module "fastify" {
+  interface FastifySchema {
+    [BODY_OPTIONAL]?: boolean;
+  }
+}
+
+type Operation = Record<string, unknown> & { requestBody?: { required?: boolean } };
+
+function markOptionalBodies(doc: { paths?: Record<string, Record<string, Operation>> }): void {
+  for (const item of Object.values(doc.paths ?? {}))
+    for (const op of Object.values(item)) {
+      if (typeof op !== "object" || op === null || !(BODY_OPTIONAL in op)) continue;
+      delete op[BODY_OPTIONAL];
+      if (op.requestBody) op.requestBody.required = false;
+    }
+}
+
 /** Registers the OpenAPI 3.1 generator; must run before any route is added. */
 export async function registerOpenApi(app: FastifyInstance): Promise<void> {
   app.addSchema(ProblemSchema);
@@ -19,6 +43,12 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
         securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
       },
       security: [{ bearer: [] }],
+      servers: [{ url: "/", description: "The agent that serves this document (`HOSTKEEPER_LISTEN`)." }],
+    },
+    transformObject: (documents) => {
+      if (!("openapiObject" in documents)) return documents.swaggerObject;
+      markOptionalBodies(documents.openapiObject as Parameters<typeof markOptionalBodies>[0]);
+      return documents.openapiObject;
     },
     refResolver: {
       buildLocalReference: (json, _baseUri, _fragment, i) =>

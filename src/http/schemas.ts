@@ -1,4 +1,4 @@
-import { type SchemaOptions, Type } from "@sinclair/typebox";
+import { type SchemaOptions, type TString, Type } from "@sinclair/typebox";
 import { type ProblemCode, problemCodes } from "./errors.js";
 
 export const FieldErrorSchema = Type.Object(
@@ -42,4 +42,12 @@ export function problemResponses(...codes: ProblemCode[]): Record<number, unknow
 /** A string limited to `values`, as a plain JSON Schema `enum` (clear validation messages, one OpenAPI enum). */
 export function StringEnum<const V extends readonly string[]>(values: V, options: SchemaOptions = {}) {
   return Type.Unsafe<V[number]>({ ...options, type: "string", enum: [...values] });
+}
+
+/**
+ * A string or null as one JSON Schema `type: ["string", "null"]` (OpenAPI 3.1) rather than an `anyOf`, so
+ * a wrong value gets one message ("must be a string or null") instead of one per branch.
+ */
+export function NullableString(schema: TString) {
+  return Type.Unsafe<string | null>({ ...schema, type: ["string", "null"] });
 }

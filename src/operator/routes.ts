@@ -15,6 +15,7 @@ export function registerOperatorRoutes(app: App, service: OperatorService): void
     {
       schema: {
         tags: ["operator"],
+        operationId: "startOperatorUpdate",
         summary: "Start an operator update",
         description:
           "Downloads `<artifact_source>/<version>/<artifact name>`, verifies its SHA-256, starts it in the idle slot, switches the operator's route to it once healthy, and stops the old instance after the drain time; any failure leaves or puts the previous instance back in service. Answers at once with the status; follow it at `links.status` or through the `operator_update` callbacks. Repeating a request with the same id and body answers its current status.",
@@ -47,6 +48,7 @@ export function registerOperatorRoutes(app: App, service: OperatorService): void
     {
       schema: {
         tags: ["operator"],
+        operationId: "getOperatorUpdate",
         summary: "Get the status of an operator update",
         description:
           "State, download progress, the previous and new instance, the history of states with their times, and for a failure or rollback the error code and message.",
@@ -65,6 +67,7 @@ export function registerOperatorRoutes(app: App, service: OperatorService): void
     {
       schema: {
         tags: ["operator"],
+        operationId: "getRunningInstance",
         summary: "Get the active operator instance",
         description:
           "The instance the operator's route points at, checked live against its health path. 503 when none is installed, running or healthy.",

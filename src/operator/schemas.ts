@@ -1,5 +1,5 @@
 import { type Static, Type } from "@sinclair/typebox";
-import { StringEnum } from "../http/schemas.js";
+import { NullableString, StringEnum } from "../http/schemas.js";
 import { updateErrorCodes } from "./failure.js";
 
 const updateStates = [
@@ -41,10 +41,13 @@ export const OperatorUpdateRequestSchema = Type.Object(
       examples: ["1.4.2"],
     }),
     artifact_source: Type.Optional(
-      Type.Union([Type.String({ maxLength: 2048 }), Type.Null()], {
-        description:
-          "`https://` prefix, `s3://bucket/prefix`, or an https URL on the object-storage endpoint. Omitted or null: the community edition source.",
-      }),
+      NullableString(
+        Type.String({
+          maxLength: 2048,
+          description:
+            "`https://` prefix, `s3://bucket/prefix`, or an https URL on the object-storage endpoint. Omitted or null: the community edition source.",
+        }),
+      ),
     ),
     checksum: Type.Optional(
       Type.String({

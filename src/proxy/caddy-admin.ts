@@ -82,7 +82,7 @@ export class CaddyAdmin {
         res.on("error", (err) => {
           clearTimeout(timer);
           reject(
-            new CaddyUnavailableError(`Caddy admin API at ${this.describe()} broke off: ${err.message}`, {
+            new CaddyUnavailableError(`Caddy's admin API broke off its answer: ${err.message}`, {
               cause: err,
             }),
           );
@@ -91,12 +91,10 @@ export class CaddyAdmin {
       req.on("error", (err: NodeJS.ErrnoException) => {
         clearTimeout(timer);
         reject(
-          new CaddyUnavailableError(
-            `Caddy admin API at ${this.describe()} is unreachable: ${err.code ?? err.message}`,
-            {
-              cause: err,
-            },
-          ),
+          // The address stays out of the message, which may reach a client; the start-up log names it.
+          new CaddyUnavailableError(`Caddy's admin API is unreachable: ${err.code ?? err.message}`, {
+            cause: err,
+          }),
         );
       });
       req.end(opts.body);

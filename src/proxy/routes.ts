@@ -1,7 +1,8 @@
 import { Type } from "@sinclair/typebox";
+import { BODY_OPTIONAL } from "../http/openapi.js";
 import { problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
-import { RouteDeleteRequestSchema, RouteIdParamsSchema, type RouteWriteRequest } from "./schemas.js";
+import { RouteIdParamsSchema, type RouteWriteRequest } from "./schemas.js";
 import type { RouteService } from "./service.js";
 
 const RouteRef = Type.Ref("Route");
@@ -28,6 +29,7 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
     {
       schema: {
         tags: ["proxy"],
+        operationId: "listRoutes",
         summary: "List the routes of the managed Caddy server",
         description:
           "All routes of the managed server in Caddy's order, including routes the agent did not create. `[]` when the server does not exist yet.",
@@ -49,6 +51,7 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
     {
       schema: {
         tags: ["proxy"],
+        operationId: "createRoute",
         summary: "Create a route",
         description:
           "Creates a reverse-proxy route for `domain`. The route `@id` is the normalised domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
@@ -78,6 +81,7 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
     {
       schema: {
         tags: ["proxy"],
+        operationId: "replaceRoute",
         summary: "Replace a route",
         description:
           "Fully replaces the route `route_id`; `domain` must derive to the same id. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`.",
@@ -97,11 +101,13 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
     {
       schema: {
         tags: ["proxy"],
+        operationId: "deleteRoute",
         summary: "Delete a route",
         description:
           "Deletes the route `route_id`. The body is optional. The route is captured first and restored when the deletion fails; with `callback_url` it is also sent as `route_backup`.",
         params: RouteIdParamsSchema,
-        body: RouteDeleteRequestSchema,
+        body: Type.Ref("RouteDeleteRequest"),
+        [BODY_OPTIONAL]: true,
         response: {
           204: { description: "Deleted.", type: "null" },
           ...changeProblems,

@@ -1,4 +1,5 @@
 import { type Static, Type } from "@sinclair/typebox";
+import { NullableString, StringEnum } from "../http/schemas.js";
 
 export const UpstreamSchema = Type.Object(
   {
@@ -21,9 +22,12 @@ export const UpstreamSchema = Type.Object(
   { additionalProperties: false, $id: "Upstream", title: "Upstream" },
 );
 
-export const CallbackUrlSchema = Type.Union([Type.String({ maxLength: 2048 }), Type.Null()], {
-  description: "Absolute http(s) URL that receives the `route_backup` event before the change is applied.",
-});
+export const CallbackUrlSchema = NullableString(
+  Type.String({
+    maxLength: 2048,
+    description: "Absolute http(s) URL that receives the `route_backup` event before the change is applied.",
+  }),
+);
 
 export const RouteWriteRequestSchema = Type.Object(
   {
@@ -36,7 +40,7 @@ export const RouteWriteRequestSchema = Type.Object(
     upstreams: Type.Array(Type.Ref("Upstream"), { minItems: 1, maxItems: 64 }),
     callback_url: Type.Optional(CallbackUrlSchema),
     strategy: Type.Optional(
-      Type.Union([Type.Literal("first"), Type.Literal("weighted_round_robin")], {
+      StringEnum(["first", "weighted_round_robin"], {
         description: "Load-balancing selection policy; default `first`.",
       }),
     ),
@@ -92,7 +96,13 @@ export const RouteSchema = Type.Object(
 );
 
 export const RouteIdParamsSchema = Type.Object(
-  { route_id: Type.String({ minLength: 1, maxLength: 256, description: "The route `@id`." }) },
+  {
+    route_id: Type.String({
+      minLength: 1,
+      maxLength: 256,
+      description: "The route `@id` (up to 256 characters: a 253-character domain, or a wildcard of one).",
+    }),
+  },
   { additionalProperties: false },
 );
 

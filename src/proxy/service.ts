@@ -2,7 +2,7 @@ import type { Logger } from "pino";
 import type { DenyList } from "../events/egress.js";
 import { callbackUrlProblem } from "../events/egress.js";
 import type { Outbox } from "../events/outbox.js";
-import { ApiError, type FieldError, validationFailed } from "../http/errors.js";
+import { ApiError, type FieldError, validationFailed, withoutPaths } from "../http/errors.js";
 import type { Db, Migration } from "../store/db.js";
 import { CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
 import { normalizeDomain, parseDial } from "./domain.js";
@@ -93,6 +93,10 @@ export function buildRoute(
   };
 }
 
+/**
+ * The problem a failed change answers with. Caddy's own words are kept (they say what it refused) with file
+ * paths and socket addresses taken out; the untouched message goes to the log as the problem's cause.
+ */
 function failureToError(f: WriteFailure, id: string, previous: RouteJson | null): ApiError {
   switch (f.kind) {
     case "exists":
@@ -100,16 +104,19 @@ function failureToError(f: WriteFailure, id: string, previous: RouteJson | null)
     case "not_found":
       return new ApiError("route_not_found", `the managed server has no route with @id ${id}`);
     case "unavailable":
-      return new ApiError("proxy_unavailable", f.message);
+    case "rolled_back":
+      return new ApiError("proxy_unavailable", withoutPaths(f.message), { cause: f.message });
     case "rejected":
       return new ApiError(
         "proxy_rejected_change",
-        `Caddy refused the change and keeps its previous config: ${f.message}`,
+        `Caddy refused the change and keeps its previous config: ${withoutPaths(f.message)}`,
+        { cause: f.message },
       );
-    case "rolled_back":
-      return new ApiError("proxy_unavailable", f.message);
     case "rollback_failed":
-      return new ApiError("proxy_rollback_failed", f.message, { extensions: { captured_state: previous } });
+      return new ApiError("proxy_rollback_failed", withoutPaths(f.message), {
+        cause: f.message,
+        extensions: { captured_state: previous },
+      });
     case "prepare_failed":
       return new ApiError("internal_error", "the agent could not record the change before applying it", {
         cause: f.message,
@@ -159,7 +166,7 @@ export class RouteService {
       return await this.o.writer.routesText();
     } catch (err) {
       if (err instanceof CaddyUnavailableError || err instanceof CaddyApiError)
-        throw new ApiError("proxy_unavailable", err.message);
+        throw new ApiError("proxy_unavailable", withoutPaths(err.message), { cause: err.message });
       throw err;
     }
   }

@@ -20,6 +20,7 @@ export function registerSystemRoutes(app: App, service: SystemService): void {
     {
       schema: {
         tags: ["system"],
+        operationId: "checkUpdates",
         summary: "Check for system package updates",
         description:
           "Refreshes the package lists (a failure to fetch any of them is an error), then reports the available updates and whether a reboot is required. Waits while another apply of this agent or another program holds the package manager, up to `HOSTKEEPER_PACKAGE_LOCK_TIMEOUT_MS`. Request body: none.",
@@ -37,6 +38,7 @@ export function registerSystemRoutes(app: App, service: SystemService): void {
     {
       schema: {
         tags: ["system"],
+        operationId: "applyUpdates",
         summary: "Apply system package updates",
         description:
           "Installs the updates of `update_type` non-interactively, keeping configuration files the administrator changed, and never upgrading a package of `HOSTKEEPER_HOLD_PACKAGES`. The answer says what changed and what was held back. Every apply, failed or not, is recorded in the apply history.",
@@ -75,6 +77,7 @@ export function registerSystemRoutes(app: App, service: SystemService): void {
     {
       schema: {
         tags: ["system"],
+        operationId: "listApplyHistory",
         summary: "List past applies",
         description:
           "Every apply-updates call, newest first: who asked (remote address, user agent, request id), the update type, the outcome or error, what changed, and how long it took.",
