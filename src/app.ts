@@ -96,6 +96,8 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   const app = Fastify({
     ...httpEdgeOptions(check),
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    // Node would answer a missing Host itself, in plain text; the edge's hook answers it as a problem.
+    http: { requireHostHeader: false },
     loggerInstance: logger as FastifyBaseLogger,
     bodyLimit: agent.bodyLimit,
     requestTimeout: agent.requestTimeoutMs,
@@ -156,9 +158,10 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   const table = new RouteTable();
   trackRoutes(app, table);
   app.decorate("registeredRoutes", () => table.routes());
-  // First hook of the root scope: the token is checked before anything else runs, for every route.
-  registerBearerAuth(app, check);
+  // The first hooks of the root scope: a request without Host is refused as unreadable, then the token is
+  // checked before anything else runs, for every route.
   registerProblemHandlers(app, table);
+  registerBearerAuth(app, check);
   await registerOpenApi(app);
   for (const s of [...proxySharedSchemas, ...operatorSharedSchemas]) app.addSchema(s);
 

@@ -65,6 +65,11 @@ export function trackRoutes(app: FastifyInstance, table: RouteTable): void {
  * so without a token an unknown path is 401 like any other.
  */
 export function registerProblemHandlers(app: FastifyInstance, table: RouteTable): void {
+  // RFC 9112 3.2: an HTTP/1.1 request without Host is refused; a framing error, so before the token.
+  app.addHook("onRequest", async (request) => {
+    if (request.raw.httpVersion === "1.1" && request.headers.host === undefined)
+      throw new ApiError("malformed_request", "an HTTP/1.1 request needs a Host header");
+  });
   app.setErrorHandler((err, request, reply) => {
     const { apiError, unexpected } = toApiError(err as FastifyError);
     if (unexpected) request.log.error({ err }, "unexpected error");

@@ -113,9 +113,9 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
           ...changeProblems,
         },
       },
-      // The body is optional: no body means no callback.
+      // The body is optional: no body means no callback. A body that is there must be an object.
       preValidation: async (request) => {
-        if (request.body === undefined || request.body === null) request.body = {};
+        if (request.body === undefined) request.body = {};
       },
     },
     async (request, reply) => {
