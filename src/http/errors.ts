@@ -200,7 +200,7 @@ export function validationFailed(errors: FieldError[]): ApiError {
  * file paths and unix socket addresses replaced, for a problem detail; the log keeps the original.
  */
 export function withoutPaths(text: string): string {
-  return text.replace(/unix:[^\s"',;)]+/g, "[socket]").replace(/(?<![\w:/.~-])\/[^\s"',;:)]+/g, "[path]");
+  return text.replace(/unix:[^\s"',;:)]+/g, "[socket]").replace(/(?<![\w:/.~-])\/[^\s"',;:)]+/g, "[path]");
 }
 
 /** Maps anything thrown in a request to a problem; unknown errors are logged with their stack and never shown. */

@@ -33,9 +33,9 @@ export const RouteWriteRequestSchema = Type.Object(
   {
     domain: Type.String({
       minLength: 1,
-      maxLength: 254,
+      maxLength: 512,
       description:
-        "Host the route matches. `*.` as the first label makes a wildcard. It is normalised to the route `@id` (see the README).",
+        "Host the route matches. `*.` as the first label makes a wildcard. It is normalised to the route `@id` (see the README): at most 253 characters once in ASCII, plus `*.` for a wildcard.",
     }),
     upstreams: Type.Array(Type.Ref("Upstream"), { minItems: 1, maxItems: 64 }),
     callback_url: Type.Optional(CallbackUrlSchema),
