@@ -2,7 +2,7 @@ import swagger from "@fastify/swagger";
 import type { FastifyInstance } from "fastify";
 import { ProblemSchema } from "./schemas.js";
 
-export const apiDescription = `Host-management agent. Every \`/v1\` endpoint requires \`Authorization: Bearer <token>\`.
+export const apiDescription = `Host-management agent. Every endpoint requires \`Authorization: Bearer <token>\`; a missing or wrong token is 401.
 Every error is an RFC 9457 \`application/problem+json\` body with \`type\` (\`urn:hostkeeper:problem:<code>\`),
 \`title\`, \`status\`, \`detail\` and \`code\`; validation errors list each offending field in \`errors\`.
 Unknown request fields are rejected. Callbacks (\`route_backup\`, \`operator_update\`) are JSON POSTs signed

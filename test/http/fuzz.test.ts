@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { describe, test } from "node:test";
+import { describe, type TestContext, test } from "node:test";
 import fc from "fast-check";
 import { TEST_TOKEN } from "../helpers/app.js";
 import { httpRequest } from "../helpers/http.js";
@@ -245,7 +245,7 @@ function problemWith(res: RawResponse, method: string): string | undefined {
   return undefined;
 }
 
-async function fuzzAgent(t: Parameters<typeof startGuardedAgent>[0]) {
+async function fuzzAgent(t: TestContext) {
   const agent = await startGuardedAgent(t);
   const created = await httpRequest(agent.port, "POST", "/v1/proxy/routes", {
     headers: auth,
@@ -275,6 +275,7 @@ async function fuzzAgent(t: Parameters<typeof startGuardedAgent>[0]) {
     if (p) failures.push(`${what}: ${p}`);
   };
   const finish = async () => {
+    t.diagnostic(`${sent} refused requests`);
     assert.deepEqual(failures.slice(0, 25), [], `${failures.length} of ${sent} requests answered wrongly`);
     assert.equal(await caddyConfig(), before, "Caddy's config changed");
   };
