@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -7,16 +7,34 @@ import type { TestContext } from "node:test";
 import { CaddyAdmin } from "../../src/proxy/caddy-admin.js";
 import { fetchedCaddyBinary } from "../../src/proxy/settings.js";
 
-/** A free loopback TCP port (bound and released; the caller binds it next). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const addr = s.address();
-      s.close(() => (typeof addr === "object" && addr ? resolve(addr.port) : reject(new Error("no port"))));
+/** Below the kernel's ephemeral range, so no server listening on port 0 can be handed it meanwhile. */
+function fixedPortRange(): [number, number] {
+  try {
+    const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    if (low > 12_000) return [10_000, low];
+  } catch {
+    // not Linux: fall through
+  }
+  return [20_000, 32_000];
+}
+
+/**
+ * A free loopback TCP port for a process the test starts next (Caddy, an operator instance): picked at
+ * random outside the ephemeral range and checked by binding it. A port from `listen(0)` would be in that
+ * range, where another test's server listening on port 0 could take it before our process binds it.
+ */
+export async function freePort(): Promise<number> {
+  const [low, high] = fixedPortRange();
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = low + Math.floor(Math.random() * (high - low));
+    const free = await new Promise<boolean>((resolve) => {
+      const s = createServer();
+      s.once("error", () => resolve(false));
+      s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
     });
-  });
+    if (free) return port;
+  }
+  throw new Error("no free port found");
 }
 
 export interface TestCaddy {
@@ -38,13 +56,27 @@ export interface TestCaddyOptions {
   extra?: Record<string, unknown>;
 }
 
-async function waitFor(admin: CaddyAdmin, child: ChildProcess, deadlineMs: number): Promise<void> {
+/**
+ * Waits until this child answers on the admin address: a 200 with Caddy's ETag and our own admin listen.
+ * Anything else there is another test's server; our Caddy then fails to bind and exits, which ends the wait.
+ */
+async function waitFor(
+  admin: CaddyAdmin,
+  child: ChildProcess,
+  listen: string,
+  deadlineMs: number,
+): Promise<void> {
   const end = Date.now() + deadlineMs;
   while (Date.now() < end) {
     if (child.exitCode !== null) throw new Error(`caddy exited with ${child.exitCode}`);
     try {
       const r = await admin.raw("GET", "/config/");
-      if (r.status === 200) return;
+      if (
+        r.status === 200 &&
+        r.etag &&
+        (JSON.parse(r.text) as { admin?: { listen?: string } })?.admin?.listen === listen
+      )
+        return;
     } catch {
       // not up yet
     }
@@ -95,7 +127,7 @@ export async function startCaddy(
     });
     child = c;
     try {
-      await waitFor(admin, c, 10_000);
+      await waitFor(admin, c, `127.0.0.1:${adminPort}`, 10_000);
     } catch (err) {
       c.kill("SIGKILL");
       throw new Error(`${(err as Error).message}\n${stderr}`);
