@@ -114,7 +114,8 @@ export class OperatorService {
     for (const s of this.store.slots())
       if (s.pid !== null && !isRunning(s)) this.store.clearProcess(s.slot, s.pid);
     const interrupted = this.store.running();
-    if (interrupted) this.launch(() => this.recover(interrupted, "agent_restarted", "the agent restarted"));
+    if (interrupted)
+      this.launch(interrupted.id, () => this.recover(interrupted, "agent_restarted", "the agent restarted"));
     this.monitor = setInterval(() => void this.tick(), this.o.config.checkIntervalMs);
     this.monitor.unref();
   }
@@ -186,7 +187,7 @@ export class OperatorService {
       artifact_source: source,
       checksum: checksum ?? null,
     });
-    this.launch(() => this.run(row.id));
+    this.launch(row.id, () => this.run(row.id));
     return this.store.status(row);
   }
 
@@ -220,13 +221,16 @@ export class OperatorService {
     };
   }
 
-  /** Runs an update; one that fails unexpectedly is finished or undone like one a restart interrupted. */
-  private launch(fn: () => Promise<void>): void {
-    this.work = fn()
+  /**
+   * Runs the job for update `id`; if it fails unexpectedly, that update (and no other: another may have been
+   * requested once this one ended) is finished or undone like one a restart interrupted.
+   */
+  private launch(id: string, job: () => Promise<void>): void {
+    this.work = job()
       .catch(async (err: unknown) => {
-        this.o.log.error({ err }, "operator update failed unexpectedly; finishing or undoing it");
-        const u = this.store.running();
-        if (u && !this.aborted)
+        this.o.log.error({ err, update: id }, "operator update failed unexpectedly; finishing or undoing it");
+        const u = this.store.get(id);
+        if (u && u.finished_at === null && !this.aborted)
           await this.recover(u, "internal_error", `an unexpected error (${(err as Error).message})`);
       })
       .catch((err: unknown) => this.o.log.error({ err }, "finishing or undoing the operator update failed"))
