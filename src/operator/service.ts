@@ -259,19 +259,6 @@ export class OperatorService {
       });
   }
 
-  private get aborted(): boolean {
-    return this.closing.signal.aborted;
-  }
-
-  private healthy(port: number): Promise<boolean> {
-    const timeout = Math.min(HEALTH_REQUEST_TIMEOUT_MS, this.o.config.healthTimeoutMs);
-    return checkHealth(port, this.o.config.healthPath, timeout);
-  }
-
-  private downloadPath(id: string): string {
-    return join(this.o.dataDir, "operator", "downloads", `${id}.part`);
-  }
-
   /** Download to verify to health gate; then the switch. */
   private async run(id: string): Promise<void> {
     const active = this.store.active();
@@ -353,41 +340,6 @@ export class OperatorService {
     }
     if (u.state === "switching") this.store.transition(id, "draining");
     await this.watch(id);
-  }
-
-  /** The checksum `<source>/<version>/SHA256SUMS` lists for the artifact; without one, no update. */
-  private async listedChecksum(u: UpdateRow): Promise<string> {
-    const name = this.o.config.artifactName;
-    const url = this.source.locate(u.artifact_source, u.version, "SHA256SUMS");
-    const text = await this.downloader.text(url, SHA256SUMS_MAX_BYTES, this.closing.signal);
-    if (text === undefined)
-      throw new UpdateFailure(
-        "checksum_unavailable",
-        `the request has no checksum and ${url} does not exist`,
-      );
-    const sum = checksumFor(text, name);
-    if (!sum) throw new UpdateFailure("checksum_unavailable", `${url} does not list ${name}`);
-    return sum;
-  }
-
-  /** Waits for the slot's instance to answer its health path, failing when it exits or time runs out. */
-  private async gate(slot: Slot, timeoutMs: number): Promise<void> {
-    const end = Date.now() + timeoutMs;
-    for (;;) {
-      const row = this.store.slot(slot);
-      if (!isRunning(row))
-        throw new UpdateFailure(
-          "start_failed",
-          `the ${slot} instance exited before it was healthy; see ${join(this.instances.slotDir(slot), "output.log")}`,
-        );
-      if (row.port !== null && (await this.healthy(row.port))) return;
-      if (Date.now() >= end)
-        throw new UpdateFailure(
-          "health_check_failed",
-          `the ${slot} instance did not answer ${this.o.config.healthPath} with 2xx within ${timeoutMs} ms`,
-        );
-      await sleep(this.o.config.checkIntervalMs, this.closing.signal);
-    }
   }
 
   /**
@@ -518,5 +470,53 @@ export class OperatorService {
       this.monitor.resume();
       this.route.resume();
     }
+  }
+
+  /** Waits for the slot's instance to answer its health path, failing when it exits or time runs out. */
+  private async gate(slot: Slot, timeoutMs: number): Promise<void> {
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const row = this.store.slot(slot);
+      if (!isRunning(row))
+        throw new UpdateFailure(
+          "start_failed",
+          `the ${slot} instance exited before it was healthy; see ${join(this.instances.slotDir(slot), "output.log")}`,
+        );
+      if (row.port !== null && (await this.healthy(row.port))) return;
+      if (Date.now() >= end)
+        throw new UpdateFailure(
+          "health_check_failed",
+          `the ${slot} instance did not answer ${this.o.config.healthPath} with 2xx within ${timeoutMs} ms`,
+        );
+      await sleep(this.o.config.checkIntervalMs, this.closing.signal);
+    }
+  }
+
+  /** The checksum `<source>/<version>/SHA256SUMS` lists for the artifact; without one, no update. */
+  private async listedChecksum(u: UpdateRow): Promise<string> {
+    const name = this.o.config.artifactName;
+    const url = this.source.locate(u.artifact_source, u.version, "SHA256SUMS");
+    const text = await this.downloader.text(url, SHA256SUMS_MAX_BYTES, this.closing.signal);
+    if (text === undefined)
+      throw new UpdateFailure(
+        "checksum_unavailable",
+        `the request has no checksum and ${url} does not exist`,
+      );
+    const sum = checksumFor(text, name);
+    if (!sum) throw new UpdateFailure("checksum_unavailable", `${url} does not list ${name}`);
+    return sum;
+  }
+
+  private healthy(port: number): Promise<boolean> {
+    const timeout = Math.min(HEALTH_REQUEST_TIMEOUT_MS, this.o.config.healthTimeoutMs);
+    return checkHealth(port, this.o.config.healthPath, timeout);
+  }
+
+  private downloadPath(id: string): string {
+    return join(this.o.dataDir, "operator", "downloads", `${id}.part`);
+  }
+
+  private get aborted(): boolean {
+    return this.closing.signal.aborted;
   }
 }
