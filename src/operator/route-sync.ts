@@ -22,9 +22,9 @@ export interface RouteSyncOptions {
  * a few connections arriving at that moment.
  *
  * Whoever changes the active slot calls `sync`, which runs whether or not the background is paused. Once
- * started, the background syncs until one succeeds, and again after any that fails: the route may have been
- * changed while the agent was down, or a sync may have failed with nobody left to retry it. An update pauses
- * the background from its switch on, so its own syncs are the only ones then.
+ * started, and while a slot is active, the background syncs until one succeeds, and again after any that
+ * fails: the route may have been changed while the agent was down, or a sync may have failed with nobody left
+ * to retry it. An update pauses the background from its switch to its end, so its own syncs are the only ones.
  */
 export class RouteSync {
   private readonly background: Periodic;
@@ -61,8 +61,9 @@ export class RouteSync {
 
   /** Points the route at the slot that is active when this sync's turn comes. */
   sync(): Promise<void> {
-    // One sync at a time, each reading the active slot inside: a background sync and an update's switch can
-    // overlap, and a sync that read the slot before a switch must not write it after the switch's own.
+    // One sync at a time, each reading the active slot when its turn comes, whoever calls: a sync that read
+    // the slot before a switch must not write it after the switch's own. An update's pause keeps the background
+    // out of its switch as well, but this does not rely on it.
     const run = this.last.then(() => this.syncNow());
     this.last = run.catch(() => undefined);
     return run;
