@@ -8,7 +8,10 @@ export interface CrashMonitorOptions {
   store: OperatorStore;
   slots: Slots;
   checkIntervalMs: number;
-  /** First delay before a restart; it doubles per crash up to 64 times this, and resets once an instance stays up that long. */
+  /**
+   * First delay before a restart; it doubles per crash up to 64 times this, and resets once an instance
+   * stays up that long.
+   */
   restartBackoffMs: number;
   /** Whether an update, or the recovery of one, is under way: the idle slot is its own then. */
   updateUnderWay: () => boolean;

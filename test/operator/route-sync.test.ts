@@ -132,6 +132,7 @@ test("a route sync under way when an update switches ends before the switch poin
   await waitFor("the switch", async () =>
     (await state("upgrade")).state === "switching" ? true : undefined,
   );
+  // Time for a switch that did not wait to have written the upstream file: its write follows at once.
   await new Promise((r) => setTimeout(r, 10 * CHECK_INTERVAL_MS));
   assert.equal((await state("upgrade")).state, "switching", "the switch waits for the sync under way");
   assert.equal(upstream(), `127.0.0.1:${ports.blue}`, "nothing has pointed the route at green yet");
