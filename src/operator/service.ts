@@ -9,11 +9,14 @@ import { canonicalJson } from "../proxy/plan.js";
 import type { RouteService } from "../proxy/service.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
+import { CrashMonitor } from "./crash-monitor.js";
 import { checksumFor, Downloader, sha256File, sleep } from "./download.js";
 import { type UpdateErrorCode, UpdateFailure } from "./failure.js";
-import { moveIntoPlace, writeAtomically } from "./files.js";
+import { moveIntoPlace } from "./files.js";
 import { checkHealth, Instances, isRunning } from "./instances.js";
+import { RouteSync } from "./route-sync.js";
 import type { OperatorUpdateRequest, RunningInstance, UpdateState, UpdateStatus } from "./schemas.js";
+import { Slots } from "./slots.js";
 import { ArtifactSource, sourceProblem } from "./source.js";
 import { OperatorStore, otherSlot, type Slot, type UpdateRow } from "./store.js";
 
@@ -52,36 +55,32 @@ function failureOf(err: unknown, fallback: UpdateErrorCode): UpdateFailure {
 
 /**
  * Operator self-update. An update runs download -> verify -> start in the idle slot -> health gate -> switch
- * the operator's route (see `syncRoute`) -> drain and watch -> stop the old instance; each state is persisted
- * (with its callback event) before the step it names. A failure before the switch leaves the old instance serving;
- * a failure at or after it switches back. On start the agent adopts the instances still running and
- * finishes or undoes an update a previous run left unfinished; between updates it restarts a crashed active
- * instance with backoff and keeps the route pointing at the active slot.
+ * the operator's route -> drain and watch -> stop the old instance; each state is persisted (with its
+ * callback event) before the step it names. A failure before the switch leaves the old instance serving; a
+ * failure at or after it switches back. On start the agent adopts the instances still running and finishes
+ * or undoes an update a previous run left unfinished.
+ *
+ * Two helpers work in the background: the crash monitor restarts a crashed active instance, and the route
+ * sync keeps the route on the active slot. From its switch to its end an update pauses both (`inCharge`):
+ * what runs and where the route points is then the update's alone.
  */
 export class OperatorService {
   private readonly store: OperatorStore;
   private readonly instances: Instances;
+  private readonly slots: Slots;
   private readonly source: ArtifactSource;
   private readonly downloader: Downloader;
+  private readonly route: RouteSync;
+  private readonly monitor: CrashMonitor;
   private readonly closing = new AbortController();
   private readonly routeId: string | undefined;
-  private readonly upstreamFile: string;
   /** The update (or the recovery of one) under way. */
-  private work: Promise<void> | undefined;
-  /** From the switch on, the update decides what runs; the monitor keeps its hands off. */
-  private owned = false;
-  private monitor: NodeJS.Timeout | undefined;
-  private ticking = false;
-  private routeSynced = false;
-  /** The last route sync, which the next one waits for. */
-  private routeSync: Promise<void> = Promise.resolve();
-  private restarts = { count: 0, notBefore: 0 };
+  private job: Promise<void> | undefined;
 
   constructor(private readonly o: OperatorServiceOptions) {
     const c = o.config;
     const env = o.env ?? process.env;
     this.routeId = o.routes.operatorRouteId;
-    this.upstreamFile = c.upstreamFile ?? join(o.dataDir, "operator", "upstream");
     this.store = new OperatorStore(o.db, o.outbox);
     this.instances = new Instances({
       root: join(o.dataDir, "operator"),
@@ -107,28 +106,50 @@ export class OperatorService {
       retries: c.downloadRetries,
       retryDelayMs: c.retryDelayMs,
     });
+    this.slots = new Slots(this.store, this.instances, c.ports);
+    this.route = new RouteSync({
+      routes: o.routes,
+      store: this.store,
+      upstreamFile: c.upstreamFile ?? join(o.dataDir, "operator", "upstream"),
+      retryIntervalMs: c.checkIntervalMs,
+      log: o.log,
+    });
+    this.monitor = new CrashMonitor({
+      store: this.store,
+      slots: this.slots,
+      checkIntervalMs: c.checkIntervalMs,
+      restartBackoffMs: c.restartBackoffMs,
+      updateUnderWay: () => this.job !== undefined,
+      log: o.log,
+    });
   }
 
-  /** Adopts running instances, resumes an interrupted update in the background, and starts the monitor. */
+  /**
+   * Adopts running instances, starts the crash monitor and the route sync, and resumes an interrupted update
+   * in the background (which pauses them again if it is past its switch).
+   */
   start(): void {
     for (const s of this.store.slots())
       if (s.pid !== null && !isRunning(s)) this.store.clearProcess(s.slot, s.pid);
+    // Without the operator's domain there is no route to keep, and no update to have started an instance.
+    if (this.routeId !== undefined) {
+      this.monitor.start();
+      this.route.start();
+    }
     const interrupted = this.store.running();
-    if (interrupted) this.launch(() => this.recover(interrupted, "agent_restarted", "the agent restarted"));
-    this.monitor = setInterval(() => void this.tick(), this.o.config.checkIntervalMs);
-    this.monitor.unref();
+    if (interrupted)
+      this.launch(interrupted.id, () => this.recover(interrupted, "agent_restarted", "the agent restarted"));
   }
 
   /** Stops the agent's own work; operator instances keep running. An unfinished update is picked up at the next start. */
   async close(): Promise<void> {
-    clearInterval(this.monitor);
+    const background = Promise.all([this.monitor.stop(), this.route.stop()]);
     this.closing.abort(new Error("the agent is stopping"));
-    if (!this.work) return;
     let timer: NodeJS.Timeout | undefined;
     const limit = new Promise((r) => {
       timer = setTimeout(r, this.o.config.stopTimeoutMs + 5000);
     });
-    await Promise.race([this.work, limit]);
+    await Promise.race([Promise.all([background, this.job]), limit]);
     clearTimeout(timer);
   }
 
@@ -186,7 +207,7 @@ export class OperatorService {
       artifact_source: source,
       checksum: checksum ?? null,
     });
-    this.launch(() => this.run(row.id));
+    this.launch(row.id, () => this.run(row.id));
     return this.store.status(row);
   }
 
@@ -220,32 +241,22 @@ export class OperatorService {
     };
   }
 
-  /** Runs an update; one that fails unexpectedly is finished or undone like one a restart interrupted. */
-  private launch(fn: () => Promise<void>): void {
-    this.work = fn()
+  /**
+   * Runs the job for update `id`; if it fails unexpectedly, that update (and no other: another may have been
+   * requested once this one ended) is finished or undone like one a restart interrupted.
+   */
+  private launch(id: string, job: () => Promise<void>): void {
+    this.job = job()
       .catch(async (err: unknown) => {
-        this.o.log.error({ err }, "operator update failed unexpectedly; finishing or undoing it");
-        const u = this.store.running();
-        if (u && !this.aborted)
+        this.o.log.error({ err, update: id }, "operator update failed unexpectedly; finishing or undoing it");
+        const u = this.store.get(id);
+        if (u && u.finished_at === null && !this.aborted)
           await this.recover(u, "internal_error", `an unexpected error (${(err as Error).message})`);
       })
       .catch((err: unknown) => this.o.log.error({ err }, "finishing or undoing the operator update failed"))
       .finally(() => {
-        this.work = undefined;
+        this.job = undefined;
       });
-  }
-
-  private get aborted(): boolean {
-    return this.closing.signal.aborted;
-  }
-
-  private healthy(port: number): Promise<boolean> {
-    const timeout = Math.min(HEALTH_REQUEST_TIMEOUT_MS, this.o.config.healthTimeoutMs);
-    return checkHealth(port, this.o.config.healthPath, timeout);
-  }
-
-  private downloadPath(id: string): string {
-    return join(this.o.dataDir, "operator", "downloads", `${id}.part`);
   }
 
   /** Download to verify to health gate; then the switch. */
@@ -284,7 +295,7 @@ export class OperatorService {
           "checksum_mismatch",
           `the artifact's sha256 is ${actual}, expected ${expected}`,
         );
-      await this.stopSlot(target);
+      await this.slots.stop(target);
       try {
         await mkdir(this.instances.slotDir(target), { recursive: true, mode: 0o700 });
         await chmod(tmp, 0o755);
@@ -295,7 +306,7 @@ export class OperatorService {
       this.store.setInstalled(target, u.version, id);
       this.store.transition(id, "starting");
       started = true;
-      this.startSlot(target);
+      this.slots.start(target);
       this.store.transition(id, "health_checking");
       await this.gate(target, this.o.config.healthTimeoutMs);
     } catch (err) {
@@ -305,18 +316,13 @@ export class OperatorService {
         { update: id, code: f.code, err: f.message },
         "operator update failed before the switch",
       );
-      if (started) await this.stopSlot(target);
+      if (started) await this.slots.stop(target);
       await rm(tmp, { force: true });
       this.store.transition(id, "failed", { error_code: f.code, error_message: f.message });
       return;
     }
-    this.owned = true;
-    try {
-      this.store.transition(id, "switching");
-      await this.switchAndWatch(id);
-    } finally {
-      this.owned = false;
-    }
+    this.store.transition(id, "switching");
+    await this.inCharge(() => this.switchAndWatch(id));
   }
 
   /** Points the route at the new slot, then drains the old instance and watches the new one. */
@@ -324,7 +330,7 @@ export class OperatorService {
     const u = this.store.get(id) as UpdateRow;
     this.store.setActive(u.new_slot);
     try {
-      await this.syncRoute();
+      await this.route.sync();
     } catch (err) {
       return this.rollback(
         id,
@@ -334,81 +340,6 @@ export class OperatorService {
     }
     if (u.state === "switching") this.store.transition(id, "draining");
     await this.watch(id);
-  }
-
-  /** The checksum `<source>/<version>/SHA256SUMS` lists for the artifact; without one, no update. */
-  private async listedChecksum(u: UpdateRow): Promise<string> {
-    const name = this.o.config.artifactName;
-    const url = this.source.locate(u.artifact_source, u.version, "SHA256SUMS");
-    const text = await this.downloader.text(url, SHA256SUMS_MAX_BYTES, this.closing.signal);
-    if (text === undefined)
-      throw new UpdateFailure(
-        "checksum_unavailable",
-        `the request has no checksum and ${url} does not exist`,
-      );
-    const sum = checksumFor(text, name);
-    if (!sum) throw new UpdateFailure("checksum_unavailable", `${url} does not list ${name}`);
-    return sum;
-  }
-
-  private startSlot(slot: Slot): void {
-    const row = this.store.slot(slot);
-    if (!row.version) throw new UpdateFailure("start_failed", `slot ${slot} has no operator installed`);
-    this.store.setProcess(slot, this.instances.start(slot, row.version, this.o.config.ports[slot]));
-  }
-
-  private async stopSlot(slot: Slot): Promise<void> {
-    const row = this.store.slot(slot);
-    await this.instances.stop(row, slot);
-    if (row.pid !== null) this.store.clearProcess(slot, row.pid);
-  }
-
-  /** Waits for the slot's instance to answer its health path, failing when it exits or time runs out. */
-  private async gate(slot: Slot, timeoutMs: number): Promise<void> {
-    const end = Date.now() + timeoutMs;
-    for (;;) {
-      const row = this.store.slot(slot);
-      if (!isRunning(row))
-        throw new UpdateFailure(
-          "start_failed",
-          `the ${slot} instance exited before it was healthy; see ${join(this.instances.slotDir(slot), "output.log")}`,
-        );
-      if (row.port !== null && (await this.healthy(row.port))) return;
-      if (Date.now() >= end)
-        throw new UpdateFailure(
-          "health_check_failed",
-          `the ${slot} instance did not answer ${this.o.config.healthPath} with 2xx within ${timeoutMs} ms`,
-        );
-      await sleep(this.o.config.checkIntervalMs, this.closing.signal);
-    }
-  }
-
-  /**
-   * Points the operator's route at the active slot. The route itself stays the same while there is an active
-   * instance: it dials `{file.<upstream file>}`, which Caddy reads per request, so the switch is an atomic
-   * replacement of that file. Putting the unchanged route again is a no-op for Caddy; only creating it
-   * (first install) or turning it into a 503 answer (nothing to serve) reloads Caddy's config, which resets
-   * a few connections arriving at that moment.
-   */
-  private syncRoute(): Promise<void> {
-    // One sync at a time, each reading the active slot inside: the monitor's sync and an update's switch can
-    // overlap, and a sync that read the slot before a switch must not write it after the switch's own.
-    const run = this.routeSync.then(() => this.syncRouteNow());
-    this.routeSync = run.catch(() => undefined);
-    return run;
-  }
-
-  private async syncRouteNow(): Promise<void> {
-    const id = this.routeId as string;
-    const active = this.store.active();
-    if (active?.port != null) await writeAtomically(this.upstreamFile, `127.0.0.1:${active.port}`);
-    const handle: Record<string, unknown> =
-      active?.port != null
-        ? { handler: "reverse_proxy", upstreams: [{ dial: `{file.${this.upstreamFile}}` }] }
-        : { handler: "static_response", status_code: 503, body: "operator unavailable" };
-    this.routeSynced = false;
-    await this.o.routes.put({ "@id": id, match: [{ host: [id] }], handle: [handle], terminal: true });
-    this.routeSynced = true;
   }
 
   /**
@@ -439,7 +370,7 @@ export class OperatorService {
         );
       const elapsed = Date.now() - since;
       if (!oldStopped && elapsed >= drainMs && u.previous_slot) {
-        await this.stopSlot(u.previous_slot);
+        await this.slots.stop(u.previous_slot);
         oldStopped = true;
       }
       if (oldStopped && elapsed >= watchMs) break;
@@ -468,23 +399,24 @@ export class OperatorService {
     try {
       if (old === null) {
         // A first install has nothing to go back to: the route answers 503 rather than pointing at a dead port.
-        await this.stopSlot(neu);
+        await this.slots.stop(neu);
         this.store.setActive(null);
-        await this.syncRoute();
+        await this.route.sync();
         this.store.transition(id, "failed");
         return;
       }
       if (!isRunning(this.store.slot(old))) {
-        this.startSlot(old);
+        this.slots.start(old);
         await this.gate(old, this.o.config.healthTimeoutMs);
       }
       this.store.setActive(old);
-      await this.syncRoute();
-      await this.stopSlot(neu);
+      await this.route.sync();
+      await this.slots.stop(neu);
       this.store.transition(id, "rolled_back");
     } catch (err) {
       if (this.aborted) return;
-      // The monitor keeps pointing the route at the active slot and stops what runs beside it.
+      // Once the update has ended, the route sync points the route at the active slot until that succeeds,
+      // and the crash monitor keeps the active instance running and stops the one beside it.
       this.store.transition(id, "failed", {
         error_code: "rollback_failed",
         error_message: `${message}; switching back failed: ${(err as Error).message}`,
@@ -502,7 +434,7 @@ export class OperatorService {
       "finishing or undoing an interrupted operator update",
     );
     if (BEFORE_SWITCH.has(u.state)) {
-      if (u.new_slot && this.store.slot(u.new_slot).update_id === u.id) await this.stopSlot(u.new_slot);
+      if (u.new_slot && this.store.slot(u.new_slot).update_id === u.id) await this.slots.stop(u.new_slot);
       await rm(this.downloadPath(u.id), { force: true });
       this.store.transition(u.id, "failed", {
         error_code: code,
@@ -510,8 +442,7 @@ export class OperatorService {
       });
       return;
     }
-    this.owned = true;
-    try {
+    await this.inCharge(async () => {
       const neu = u.new_slot as Slot;
       const problem =
         u.error_message ??
@@ -523,40 +454,69 @@ export class OperatorService {
       if (problem !== undefined)
         return await this.rollback(u.id, u.error_code ?? "new_instance_failed", problem);
       await this.switchAndWatch(u.id);
-    } finally {
-      this.owned = false;
-    }
+    });
   }
 
   /**
-   * Between updates: restarts a crashed active instance (with doubling delays), points the route at the
-   * active slot when it may not, and stops an instance left running in the idle slot.
+   * Runs `step`, from an update's switch to its end, with the crash monitor and the route sync paused: what
+   * runs and where the route points is the update's alone then. Pausing waits for a check or a sync already
+   * under way, so none of theirs lands in the middle of the switch.
    */
-  private async tick(): Promise<void> {
-    if (this.owned || this.ticking || this.aborted || this.routeId === undefined) return;
-    this.ticking = true;
+  private async inCharge(step: () => Promise<void>): Promise<void> {
+    await Promise.all([this.monitor.pause(), this.route.pause()]);
     try {
-      const active = this.store.active();
-      if (!active?.version) return;
-      const base = this.o.config.restartBackoffMs;
-      if (!isRunning(active)) {
-        if (Date.now() < this.restarts.notBefore) return;
-        const delay = Math.min(base * 2 ** this.restarts.count, base * 64);
-        this.restarts = { count: this.restarts.count + 1, notBefore: Date.now() + delay };
-        this.o.log.warn(
-          { slot: active.slot, restarts: this.restarts.count },
-          "the active operator instance is down; restarting it",
-        );
-        this.startSlot(active.slot);
-      } else if (Date.now() - Date.parse(active.started_at ?? "") > base * 64) {
-        this.restarts = { count: 0, notBefore: 0 };
-      }
-      if (!this.routeSynced) await this.syncRoute();
-      if (!this.work) await this.stopSlot(otherSlot(active.slot));
-    } catch (err) {
-      this.o.log.warn({ err }, "operator instance check failed; will retry");
+      await step();
     } finally {
-      this.ticking = false;
+      this.monitor.resume();
+      this.route.resume();
     }
+  }
+
+  /** Waits for the slot's instance to answer its health path, failing when it exits or time runs out. */
+  private async gate(slot: Slot, timeoutMs: number): Promise<void> {
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const row = this.store.slot(slot);
+      if (!isRunning(row))
+        throw new UpdateFailure(
+          "start_failed",
+          `the ${slot} instance exited before it was healthy; see ${join(this.instances.slotDir(slot), "output.log")}`,
+        );
+      if (row.port !== null && (await this.healthy(row.port))) return;
+      if (Date.now() >= end)
+        throw new UpdateFailure(
+          "health_check_failed",
+          `the ${slot} instance did not answer ${this.o.config.healthPath} with 2xx within ${timeoutMs} ms`,
+        );
+      await sleep(this.o.config.checkIntervalMs, this.closing.signal);
+    }
+  }
+
+  /** The checksum `<source>/<version>/SHA256SUMS` lists for the artifact; without one, no update. */
+  private async listedChecksum(u: UpdateRow): Promise<string> {
+    const name = this.o.config.artifactName;
+    const url = this.source.locate(u.artifact_source, u.version, "SHA256SUMS");
+    const text = await this.downloader.text(url, SHA256SUMS_MAX_BYTES, this.closing.signal);
+    if (text === undefined)
+      throw new UpdateFailure(
+        "checksum_unavailable",
+        `the request has no checksum and ${url} does not exist`,
+      );
+    const sum = checksumFor(text, name);
+    if (!sum) throw new UpdateFailure("checksum_unavailable", `${url} does not list ${name}`);
+    return sum;
+  }
+
+  private healthy(port: number): Promise<boolean> {
+    const timeout = Math.min(HEALTH_REQUEST_TIMEOUT_MS, this.o.config.healthTimeoutMs);
+    return checkHealth(port, this.o.config.healthPath, timeout);
+  }
+
+  private downloadPath(id: string): string {
+    return join(this.o.dataDir, "operator", "downloads", `${id}.part`);
+  }
+
+  private get aborted(): boolean {
+    return this.closing.signal.aborted;
   }
 }
