@@ -4,7 +4,7 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { callbackUrlProblem, type DenyList } from "../events/egress.js";
 import type { Outbox } from "../events/outbox.js";
-import { ApiError, type FieldError } from "../http/errors.js";
+import { ApiError, type FieldError, validationFailed } from "../http/errors.js";
 import { canonicalJson } from "../proxy/plan.js";
 import type { RouteService } from "../proxy/service.js";
 import type { AppConfig } from "../settings.js";
@@ -169,10 +169,7 @@ export class OperatorService {
         ? "is required: no community source is configured (HOSTKEEPER_OPERATOR_COMMUNITY_SOURCE)"
         : sourceProblem(source, this.o.config.allowHttp);
     if (sourceIssue) errors.push({ field: "body.artifact_source", message: sourceIssue });
-    if (errors.length > 0 || source === undefined)
-      throw new ApiError("validation_failed", errors.map((e) => `${e.field} ${e.message}`).join("; "), {
-        errors,
-      });
+    if (errors.length > 0 || source === undefined) throw validationFailed(errors);
 
     const checksum = normalizeChecksum(body.checksum);
     const request = canonicalJson({
