@@ -28,6 +28,7 @@ import { RouteWriter } from "./proxy/writer.js";
 import type { AppConfig } from "./settings.js";
 import { type Db, openDatabase } from "./store/db.js";
 import { generateToken, generateWebhookSecret, loadOrCreateSecret } from "./store/secrets.js";
+import { systemProblem } from "./system/problems.js";
 import { registerSystemRoutes } from "./system/routes.js";
 import { createPackageManager } from "./system/select.js";
 import { SystemService, systemMigrations } from "./system/service.js";
@@ -160,7 +161,7 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   app.decorate("registeredRoutes", () => table.routes());
   // The first hooks of the root scope: a request without Host is refused as unreadable, then the token is
   // checked before anything else runs, for every route.
-  registerProblemHandlers(app, table);
+  registerProblemHandlers(app, table, [systemProblem]);
   registerBearerAuth(app, check);
   await registerOpenApi(app);
   for (const s of [...proxySharedSchemas, ...operatorSharedSchemas]) app.addSchema(s);

@@ -64,14 +64,24 @@ export function trackRoutes(app: FastifyInstance, table: RouteTable): void {
  * known paths with the wrong method (405 with `Allow`). The token hook runs before the not-found handler,
  * so without a token an unknown path is 401 like any other.
  */
-export function registerProblemHandlers(app: FastifyInstance, table: RouteTable): void {
+/** An area's own errors as problems (e.g. the system area's command failures); undefined for others. */
+export type ProblemMapper = (err: unknown) => ApiError | undefined;
+
+export function registerProblemHandlers(
+  app: FastifyInstance,
+  table: RouteTable,
+  areaProblems: readonly ProblemMapper[],
+): void {
   // RFC 9112 3.2: an HTTP/1.1 request without Host is refused; a framing error, so before the token.
   app.addHook("onRequest", async (request) => {
     if (request.raw.httpVersion === "1.1" && request.headers.host === undefined)
       throw new ApiError("malformed_request", "an HTTP/1.1 request needs a Host header");
   });
   app.setErrorHandler((err, request, reply) => {
-    const { apiError, unexpected } = toApiError(err as FastifyError);
+    const mapped = areaProblems.map((toProblem) => toProblem(err)).find((p) => p !== undefined);
+    const { apiError, unexpected } = mapped
+      ? { apiError: mapped, unexpected: false }
+      : toApiError(err as FastifyError);
     if (unexpected) request.log.error({ err }, "unexpected error");
     else if (apiError.status >= 500)
       request.log.warn(

@@ -41,7 +41,10 @@ export interface FieldError {
   message: string;
 }
 
-/** The one error class of the API. Domain code throws it (or a subclass); only the handler turns it into HTTP. */
+/**
+ * The one error class of the API's answers. Request-level checks throw it; an area whose errors are its own
+ * (the system area's command failures) maps them to it at the HTTP edge. Only the handler turns it into HTTP.
+ */
 export class ApiError extends Error {
   readonly code: ProblemCode;
   readonly status: number;

@@ -1,14 +1,8 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import {
-  type CommandResult,
-  commandFailed,
-  type LockHolder,
-  lastLines,
-  runCommand,
-  runWaitingForLock,
-} from "./command.js";
+import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
+import type { LockHolder } from "./errors.js";
 import {
   type ApplyChanges,
   applyUpdates,

@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ApiError } from "../http/errors.js";
+import { CommandError, type LockHolder, PackageManagerBusyError } from "./errors.js";
 
 export interface CommandResult {
   code: number | null;
@@ -65,7 +65,7 @@ export function runCommand(file: string, args: readonly string[], o: RunOptions)
       finish(() =>
         reject(
           err.code === "ENOENT"
-            ? new ApiError("package_manager_failed", `${file} is not installed on this host`)
+            ? new CommandError(`${file} is not installed on this host`, { command: file })
             : err,
         ),
       ),
@@ -75,38 +75,14 @@ export function runCommand(file: string, args: readonly string[], o: RunOptions)
         const label = [file, ...args].join(" ");
         if (timedOut)
           reject(
-            new ApiError(
-              "package_manager_failed",
-              `${label} did not finish within ${o.timeoutMs / 1000} s and was stopped`,
-            ),
+            new CommandError(`${label} did not finish within ${o.timeoutMs / 1000} s and was stopped`, {
+              command: label,
+            }),
           );
         else resolve({ code, signal, stdout: stdout(), stderr: stderr() });
       }),
     );
   });
-}
-
-/** Who holds a package manager's lock, as the manager reported it. */
-export interface LockHolder {
-  pid: number | undefined;
-  name: string | undefined;
-  /** The lock: a file path, or a description. */
-  lock: string;
-}
-
-/** The busy problem, naming the lock and who holds it. */
-export function busyError(holder: LockHolder, waitedMs: number): ApiError {
-  const who =
-    holder.pid === undefined
-      ? "another process"
-      : `process ${holder.pid}${holder.name ? ` (${holder.name})` : ""}`;
-  return new ApiError(
-    "package_manager_busy",
-    `the package manager is busy: ${holder.lock} is held by ${who}; gave up after waiting ${waitedMs / 1000} s`,
-    {
-      extensions: { lock_holder: { pid: holder.pid ?? null, name: holder.name ?? null, lock: holder.lock } },
-    },
-  );
 }
 
 /**
@@ -126,20 +102,21 @@ export async function runWaitingForLock(
     const holder = r.code === 0 ? undefined : o.lockHolder(r);
     if (holder === undefined) return r;
     const left = started + o.lockTimeoutMs - Date.now();
-    if (left <= 0) throw busyError(holder, o.lockTimeoutMs);
+    if (left <= 0) throw new PackageManagerBusyError(holder, o.lockTimeoutMs);
     await sleep(Math.min(500, left));
   }
 }
 
-/** The problem for a failed command: the manager's own error lines, never its whole output. */
-export function commandFailed(label: string, r: CommandResult, lines: readonly string[]): ApiError {
+/** A failed command: the manager's own error lines (20 at most, each cut at 500 characters), never its whole output. */
+export function commandFailed(label: string, r: CommandResult, lines: readonly string[]): CommandError {
   const shown = lines.slice(0, 20).map((l) => (l.length > 500 ? `${l.slice(0, 500)}...` : l));
   const how = r.code === null ? `signal ${r.signal}` : `exit ${r.code}`;
-  return new ApiError(
-    "package_manager_failed",
-    `${label} failed (${how})${shown.length ? `: ${shown.join("; ")}` : ""}`,
-    { extensions: { command: label, exit_code: r.code, manager_errors: shown } },
-  );
+  return new CommandError(`${label} failed (${how})${shown.length ? `: ${shown.join("; ")}` : ""}`, {
+    command: label,
+    exitCode: r.code,
+    signal: r.signal,
+    lines: shown,
+  });
 }
 
 /** The last few non-empty lines of a stream, for failures that print no recognisable error line. */

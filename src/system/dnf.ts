@@ -1,11 +1,5 @@
-import {
-  type CommandResult,
-  commandFailed,
-  type LockHolder,
-  lastLines,
-  runCommand,
-  runWaitingForLock,
-} from "./command.js";
+import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
+import type { LockHolder } from "./errors.js";
 import {
   type ApplyChanges,
   applyUpdates,

@@ -1,9 +1,9 @@
 import { accessSync, constants, readFileSync } from "node:fs";
 import { delimiter, join } from "node:path";
-import { ApiError } from "../http/errors.js";
 import type { AppConfig } from "../settings.js";
 import { AptPackageManager } from "./apt.js";
 import { DnfPackageManager } from "./dnf.js";
+import { CommandError } from "./errors.js";
 import type { PackageManager } from "./package-manager.js";
 
 const APT_FAMILY = ["debian", "ubuntu"];
@@ -53,9 +53,9 @@ function readOsRelease(): string | undefined {
 class NoPackageManager implements PackageManager {
   readonly name = "none" as const;
   private fail(): never {
-    throw new ApiError(
-      "package_manager_failed",
+    throw new CommandError(
       "no supported package manager (apt or dnf) was found on this host; set HOSTKEEPER_PACKAGE_MANAGER",
+      { command: "apt-get or dnf" },
     );
   }
   check = async () => this.fail();

@@ -1,9 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import type { Logger } from "pino";
-import { ApiError, toApiError } from "../http/errors.js";
 import type { Db, Migration } from "../store/db.js";
-import { busyError } from "./command.js";
+import { ApplyFailedError, isSystemError, PackageManagerBusyError } from "./errors.js";
 import { Mutex } from "./mutex.js";
 import type { ApplyChanges, PackageManager, PackageManagerName, UpdateType } from "./package-manager.js";
 import type { ApplyRecord, ApplyResult, Requester, SystemStatus } from "./schemas.js";
@@ -151,14 +150,16 @@ export class SystemService {
       };
     } catch (err) {
       // Recorded as the client sees it: an unexpected error's own message stays in the log.
-      const { apiError, unexpected } = toApiError(err as Error);
-      finish("failed", { code: apiError.code, detail: apiError.message }, null);
-      if (unexpected) throw err;
-      throw new ApiError(apiError.code, apiError.message, {
-        errors: apiError.errors,
-        extensions: { ...apiError.extensions, apply_id: id },
-        cause: err,
-      });
+      if (!isSystemError(err)) {
+        finish(
+          "failed",
+          { code: "internal_error", detail: "the agent failed unexpectedly; see its log" },
+          null,
+        );
+        throw err;
+      }
+      finish("failed", { code: err.code, detail: err.message }, null);
+      throw new ApplyFailedError(id, err);
     }
   }
 
@@ -221,7 +222,7 @@ export class SystemService {
     return this.mutex.run(
       this.o.lockTimeoutMs,
       () =>
-        busyError(
+        new PackageManagerBusyError(
           { lock: "the package lock of this agent", pid: process.pid, name: "another check or apply" },
           this.o.lockTimeoutMs,
         ),

@@ -1,0 +1,67 @@
+/** Who holds a package manager's lock, as the manager reported it. */
+export interface LockHolder {
+  pid: number | undefined;
+  name: string | undefined;
+  /** The lock: a file path, or a description. */
+  lock: string;
+}
+
+/**
+ * A package-manager command that did not do its job: it exited non-zero or by a signal, ran past its
+ * time-out, or is not installed. Carries what a caller needs to say why: the command, its exit, and the
+ * manager's own error lines (never its whole output). Knows nothing of HTTP; the system routes turn it
+ * into a problem.
+ */
+export class CommandError extends Error {
+  readonly code = "package_manager_failed";
+  readonly command: string;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly lines: readonly string[];
+
+  constructor(
+    message: string,
+    o: { command: string; exitCode?: number | null; signal?: string | null; lines?: readonly string[] },
+  ) {
+    super(message);
+    this.name = "CommandError";
+    this.command = o.command;
+    this.exitCode = o.exitCode ?? null;
+    this.signal = o.signal ?? null;
+    this.lines = o.lines ?? [];
+  }
+}
+
+/** The package manager's lock (or this agent's own) stayed held past the lock time-out. */
+export class PackageManagerBusyError extends Error {
+  readonly code = "package_manager_busy";
+  readonly holder: LockHolder;
+
+  constructor(holder: LockHolder, waitedMs: number) {
+    const who =
+      holder.pid === undefined
+        ? "another process"
+        : `process ${holder.pid}${holder.name ? ` (${holder.name})` : ""}`;
+    super(
+      `the package manager is busy: ${holder.lock} is held by ${who}; gave up after waiting ${waitedMs / 1000} s`,
+    );
+    this.name = "PackageManagerBusyError";
+    this.holder = holder;
+  }
+}
+
+/** A failed apply, after it was recorded in the history as `applyId`; `cause` is why it failed. */
+export class ApplyFailedError extends Error {
+  readonly applyId: number;
+
+  constructor(applyId: number, cause: unknown) {
+    super(cause instanceof Error ? cause.message : String(cause), { cause });
+    this.name = "ApplyFailedError";
+    this.applyId = applyId;
+  }
+}
+
+export type SystemError = CommandError | PackageManagerBusyError;
+
+export const isSystemError = (err: unknown): err is SystemError =>
+  err instanceof CommandError || err instanceof PackageManagerBusyError;
