@@ -32,6 +32,7 @@ import { systemProblem } from "./system/problems.js";
 import { registerSystemRoutes } from "./system/routes.js";
 import { createPackageManager } from "./system/select.js";
 import { SystemService, systemMigrations } from "./system/service.js";
+import { settledWithin } from "./util/timers.js";
 
 const buildSerializer = SerializerSelector();
 
@@ -179,7 +180,7 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   app.addHook("onClose", async () => {
     await operator.close();
     // A change's records are finished after its answer; let the writer get there before the database closes.
-    await Promise.race([writer.whenIdle(), new Promise((r) => setTimeout(r, 5000).unref())]);
+    await settledWithin(writer.whenIdle(), 5000);
     await outbox.close();
     await systemService.close();
     db.close();

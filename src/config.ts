@@ -1,11 +1,10 @@
 import { existsSync, readFileSync } from "node:fs";
-import { isIP } from "node:net";
-import { resolve } from "node:path";
 
 /**
- * Every setting has one entry here: its config-file key, its environment variable, its default and its
- * parser. The README's configuration table is generated from this list (`npm run docs:config`), and a test
- * keeps the two in step. Precedence: environment > config file > default.
+ * The setting mechanism. Every setting is declared once, beside its area (`<area>/settings.ts`; the agent's
+ * own in `settings.ts`): its config-file key, its environment variable, its default and its parser. The
+ * README's configuration table is generated from them (`npm run docs:config`), and a test keeps the two in
+ * step. Precedence: environment > config file > default.
  */
 export interface Setting<T> {
   readonly key: string;
@@ -91,146 +90,6 @@ export const parse = {
 export function setting<T>(s: Setting<T>): Setting<T> {
   return s;
 }
-
-export const agentSettings = {
-  listen: setting({
-    key: "listen",
-    env: "HOSTKEEPER_LISTEN",
-    area: "agent",
-    doc: "Address of the agent's HTTP API, `host:port`. Keep it on loopback or a private interface.",
-    defaultText: "127.0.0.1:8626",
-    default: { host: "127.0.0.1", port: 8626 },
-    parse: parse.hostPort,
-  }),
-  token: setting({
-    key: "token",
-    env: "HOSTKEEPER_TOKEN",
-    area: "agent",
-    doc: "Bearer token for every endpoint but `GET /healthz`. When unset, one is generated at first start into `<data dir>/token` (mode 0600).",
-    defaultText: "generated",
-    default: undefined as string | undefined,
-    parse: (raw) => {
-      const s = parse.optionalString(raw);
-      if (s !== undefined && s.length < 16) throw new Error("must be at least 16 characters");
-      return s;
-    },
-  }),
-  dataDir: setting({
-    key: "dataDir",
-    env: "HOSTKEEPER_DATA_DIR",
-    area: "agent",
-    doc: "Directory for the agent's database, token, webhook secret, embedded Caddy state and operator slots.",
-    defaultText: "/var/lib/hostkeeper",
-    default: "/var/lib/hostkeeper",
-    parse: (raw) => resolve(parse.string({ nonEmpty: true })(raw)),
-  }),
-  logLevel: setting({
-    key: "logLevel",
-    env: "HOSTKEEPER_LOG_LEVEL",
-    area: "agent",
-    doc: "pino log level.",
-    defaultText: "info",
-    default: "info" as const,
-    parse: parse.enumOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const),
-  }),
-  bodyLimit: setting({
-    key: "bodyLimit",
-    env: "HOSTKEEPER_BODY_LIMIT",
-    area: "agent",
-    doc: "Largest accepted request body in bytes; larger bodies get 413.",
-    defaultText: "1048576",
-    default: 1_048_576,
-    parse: parse.int(1024, 64 * 1_048_576),
-  }),
-  requestTimeoutMs: setting({
-    key: "requestTimeoutMs",
-    env: "HOSTKEEPER_REQUEST_TIMEOUT_MS",
-    area: "agent",
-    doc: "Time-out for one whole HTTP request to the agent (apply-updates can take minutes).",
-    defaultText: "1800000",
-    default: 1_800_000,
-    parse: parse.int(1000, 24 * 3_600_000),
-  }),
-  shutdownTimeoutMs: setting({
-    key: "shutdownTimeoutMs",
-    env: "HOSTKEEPER_SHUTDOWN_TIMEOUT_MS",
-    area: "agent",
-    doc: "How long a SIGTERM/SIGINT waits for in-flight requests before the agent exits anyway.",
-    defaultText: "30000",
-    default: 30_000,
-    parse: parse.int(0, 3_600_000),
-  }),
-};
-
-export const eventSettings = {
-  webhookSecret: setting({
-    key: "webhookSecret",
-    env: "HOSTKEEPER_WEBHOOK_SECRET",
-    area: "events",
-    doc: "Signing secret for callbacks, Standard Webhooks form `whsec_<base64>` (at least 24 bytes). Generated into `<data dir>/webhook-secret` when unset.",
-    defaultText: "generated",
-    default: undefined as string | undefined,
-    parse: (raw) => {
-      const s = parse.optionalString(raw);
-      if (s === undefined) return undefined;
-      const m = /^whsec_([A-Za-z0-9+/]+={0,2})$/.exec(s);
-      if (!m?.[1] || Buffer.from(m[1], "base64").length < 24)
-        throw new Error("expected whsec_<base64 of at least 24 bytes>");
-      return s;
-    },
-  }),
-  webhookDenyCidrs: setting({
-    key: "webhookDenyCidrs",
-    env: "HOSTKEEPER_WEBHOOK_DENY_CIDRS",
-    area: "events",
-    doc: "Comma-separated address ranges callbacks may never connect to (checked on the resolved address at connect time).",
-    defaultText: "169.254.0.0/16,fe80::/10,0.0.0.0/8,::/128",
-    default: ["169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "::/128"],
-    parse: (raw) => {
-      const list = parse.list(raw);
-      for (const c of list) {
-        const [ip, bits] = c.split("/");
-        const family = isIP(ip ?? "");
-        const n = Number(bits);
-        if (!family || !Number.isInteger(n) || n < 0 || n > (family === 4 ? 32 : 128))
-          throw new Error(`"${c}" is not an address range`);
-      }
-      return list;
-    },
-  }),
-  webhookTimeoutMs: setting({
-    key: "webhookTimeoutMs",
-    env: "HOSTKEEPER_WEBHOOK_TIMEOUT_MS",
-    area: "events",
-    doc: "Time-out of one callback delivery attempt made by the background worker.",
-    defaultText: "15000",
-    default: 15_000,
-    parse: parse.int(100, 120_000),
-  }),
-  webhookFirstAttemptTimeoutMs: setting({
-    key: "webhookFirstAttemptTimeoutMs",
-    env: "HOSTKEEPER_WEBHOOK_FIRST_ATTEMPT_TIMEOUT_MS",
-    area: "events",
-    doc: "Longest a mutation waits for the first, inline delivery attempt of its event before it goes on.",
-    defaultText: "2000",
-    default: 2_000,
-    parse: parse.int(50, 30_000),
-  }),
-  webhookRetrySchedule: setting({
-    key: "webhookRetrySchedule",
-    env: "HOSTKEEPER_WEBHOOK_RETRY_SCHEDULE",
-    area: "events",
-    doc: "Comma-separated delays in seconds between delivery attempts (each with +-20% jitter); after the last, the event is dead-lettered.",
-    defaultText: "5,30,120,600,1800,3600,7200,18000,36000,36000",
-    default: [5, 30, 120, 600, 1800, 3600, 7200, 18000, 36000, 36000],
-    parse: (raw) =>
-      parse.list(raw).map((s) => {
-        const n = Number(s);
-        if (!(n > 0 && n <= 7 * 86400)) throw new Error(`"${s}" is not a delay in seconds`);
-        return n;
-      }),
-  }),
-};
 
 type Values<S> = { [K in keyof S]: S[K] extends Setting<infer T> ? T : never };
 

@@ -1,15 +1,88 @@
+import { resolve } from "node:path";
 import {
-  agentSettings,
   type ConfigSource,
   checkUnknownFileKeys,
-  eventSettings,
+  parse,
   readConfigFile,
   resolveSettings,
   type Setting,
+  setting,
 } from "./config.js";
+import { eventSettings } from "./events/settings.js";
 import { operatorSettings } from "./operator/settings.js";
 import { proxySettings } from "./proxy/settings.js";
 import { systemSettings } from "./system/settings.js";
+
+/** The agent's own settings: its listener, its data, its log, and the limits of its HTTP server. */
+export const agentSettings = {
+  listen: setting({
+    key: "listen",
+    env: "HOSTKEEPER_LISTEN",
+    area: "agent",
+    doc: "Address of the agent's HTTP API, `host:port`. Keep it on loopback or a private interface.",
+    defaultText: "127.0.0.1:8626",
+    default: { host: "127.0.0.1", port: 8626 },
+    parse: parse.hostPort,
+  }),
+  token: setting({
+    key: "token",
+    env: "HOSTKEEPER_TOKEN",
+    area: "agent",
+    doc: "Bearer token for every endpoint but `GET /healthz`. When unset, one is generated at first start into `<data dir>/token` (mode 0600).",
+    defaultText: "generated",
+    default: undefined as string | undefined,
+    parse: (raw) => {
+      const s = parse.optionalString(raw);
+      if (s !== undefined && s.length < 16) throw new Error("must be at least 16 characters");
+      return s;
+    },
+  }),
+  dataDir: setting({
+    key: "dataDir",
+    env: "HOSTKEEPER_DATA_DIR",
+    area: "agent",
+    doc: "Directory for the agent's database, token, webhook secret, embedded Caddy state and operator slots.",
+    defaultText: "/var/lib/hostkeeper",
+    default: "/var/lib/hostkeeper",
+    parse: (raw) => resolve(parse.string({ nonEmpty: true })(raw)),
+  }),
+  logLevel: setting({
+    key: "logLevel",
+    env: "HOSTKEEPER_LOG_LEVEL",
+    area: "agent",
+    doc: "pino log level.",
+    defaultText: "info",
+    default: "info" as const,
+    parse: parse.enumOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const),
+  }),
+  bodyLimit: setting({
+    key: "bodyLimit",
+    env: "HOSTKEEPER_BODY_LIMIT",
+    area: "agent",
+    doc: "Largest accepted request body in bytes; larger bodies get 413.",
+    defaultText: "1048576",
+    default: 1_048_576,
+    parse: parse.int(1024, 64 * 1_048_576),
+  }),
+  requestTimeoutMs: setting({
+    key: "requestTimeoutMs",
+    env: "HOSTKEEPER_REQUEST_TIMEOUT_MS",
+    area: "agent",
+    doc: "Time-out for one whole HTTP request to the agent (apply-updates can take minutes).",
+    defaultText: "1800000",
+    default: 1_800_000,
+    parse: parse.int(1000, 24 * 3_600_000),
+  }),
+  shutdownTimeoutMs: setting({
+    key: "shutdownTimeoutMs",
+    env: "HOSTKEEPER_SHUTDOWN_TIMEOUT_MS",
+    area: "agent",
+    doc: "How long a SIGTERM/SIGINT waits for in-flight requests before the agent exits anyway.",
+    defaultText: "30000",
+    default: 30_000,
+    parse: parse.int(0, 3_600_000),
+  }),
+};
 
 /**
  * The composition of every area's settings. An area adds its group here; the README table and the

@@ -2,6 +2,7 @@ import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import http from "node:http";
 import https from "node:https";
 import { BlockList, isIP, type LookupFunction } from "node:net";
+import { absoluteUrl, carriesCredentials } from "../util/urls.js";
 
 /** Address ranges a caller-supplied URL must never reach (cloud metadata, link-local, ...). */
 export class DenyList {
@@ -120,14 +121,10 @@ export function guardedPost(
 
 /** Parse-time rules for a callback URL: absolute http(s), no credentials, not a denied IP literal. */
 export function callbackUrlProblem(raw: string, deny: DenyList): string | undefined {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
+  const url = absoluteUrl(raw);
+  if (!url || (url.protocol !== "http:" && url.protocol !== "https:"))
     return "must be an absolute http or https URL";
-  }
-  if (url.protocol !== "http:" && url.protocol !== "https:") return "must be an absolute http or https URL";
-  if (url.username || url.password) return "must not carry credentials";
+  if (carriesCredentials(url)) return "must not carry credentials";
   const host = url.hostname.replace(/^\[|\]$/g, "");
   if (isIP(host) && deny.denies(host)) return `points at ${host}, an address callbacks may not reach`;
   return undefined;

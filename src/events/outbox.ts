@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import type { Db, Migration } from "../store/db.js";
+import { settledWithin } from "../util/timers.js";
 import { type DenyList, guardedPost } from "./egress.js";
 import { signWebhook } from "./signing.js";
 
@@ -177,8 +178,7 @@ export class Outbox {
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
-    const all = Promise.allSettled([...this.running]);
-    await Promise.race([all, new Promise((r) => setTimeout(r, waitMs).unref())]);
+    await settledWithin(Promise.allSettled([...this.running]), waitMs);
   }
 
   /** Arms the worker's timer for `delayMs` from now, unless it is already armed to fire sooner. */

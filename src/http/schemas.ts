@@ -22,6 +22,11 @@ export const ProblemSchema = Type.Object(
   { additionalProperties: true, $id: "Problem", title: "Problem" },
 );
 
+/** A response of `schema` as `application/json`, for a route's `response` map. */
+export function jsonContent(schema: unknown, description: string) {
+  return { description, content: { "application/json": { schema } } };
+}
+
 /** Response schemas for the given problem codes, keyed by status (several codes may share one status). */
 export function problemResponses(...codes: ProblemCode[]): Record<number, unknown> {
   const out: Record<number, unknown> = {};

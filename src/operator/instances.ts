@@ -3,6 +3,7 @@ import { accessSync, closeSync, constants, mkdirSync, openSync, readFileSync } f
 import http from "node:http";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { signalGroup } from "../util/processes.js";
 import { UpdateFailure } from "./failure.js";
 import type { ProcessRecord, Slot } from "./store.js";
 
@@ -109,14 +110,6 @@ export class Instances {
     this.o.log.warn({ slot, pid }, "operator instance ignored SIGTERM; killing its process group");
     if (isRunning(p)) signalGroup(pid, "SIGKILL");
     if (!(await waitGone(p, 5000))) throw new Error(`operator instance ${pid} survived SIGKILL`);
-  }
-}
-
-function signalGroup(pid: number, signal: NodeJS.Signals): void {
-  try {
-    process.kill(-pid, signal);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "ESRCH") throw err;
   }
 }
 

@@ -1,13 +1,8 @@
 import { Type } from "@sinclair/typebox";
-import { problemResponses } from "../http/schemas.js";
+import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
 import { type OperatorUpdateRequest, UpdateIdParamsSchema } from "./schemas.js";
 import type { OperatorService } from "./service.js";
-
-const json = (schema: unknown, description: string) => ({
-  description,
-  content: { "application/json": { schema } },
-});
 
 export function registerOperatorRoutes(app: App, service: OperatorService): void {
   app.post<{ Body: OperatorUpdateRequest }>(
@@ -21,7 +16,7 @@ export function registerOperatorRoutes(app: App, service: OperatorService): void
           "Downloads `<artifact_source>/<version>/<artifact name>`, verifies its SHA-256, starts it in the idle slot, switches the operator's route to it once healthy, and stops the old instance after the drain time; any failure leaves or puts the previous instance back in service. Answers at once with the status; follow it at `links.status` or through the `operator_update` callbacks. Repeating a request with the same id and body answers its current status.",
         body: Type.Ref("OperatorUpdateRequest"),
         response: {
-          202: json(
+          202: jsonContent(
             Type.Ref("OperatorUpdateStatus"),
             "Accepted: the update's status (`queued` for a new one).",
           ),
@@ -54,7 +49,7 @@ export function registerOperatorRoutes(app: App, service: OperatorService): void
           "State, download progress, the previous and new instance, the history of states with their times, and for a failure or rollback the error code and message.",
         params: UpdateIdParamsSchema,
         response: {
-          200: json(Type.Ref("OperatorUpdateStatus"), "The update's status."),
+          200: jsonContent(Type.Ref("OperatorUpdateStatus"), "The update's status."),
           ...problemResponses("update_not_found"),
         },
       },
@@ -72,7 +67,7 @@ export function registerOperatorRoutes(app: App, service: OperatorService): void
         description:
           "The instance the operator's route points at, checked live against its health path. 503 when none is installed, running or healthy.",
         response: {
-          200: json(Type.Ref("OperatorRunningInstance"), "The active, healthy instance."),
+          200: jsonContent(Type.Ref("OperatorRunningInstance"), "The active, healthy instance."),
           ...problemResponses("running_instance_unavailable"),
         },
       },

@@ -9,6 +9,7 @@ import { canonicalJson } from "../proxy/plan.js";
 import type { RouteService } from "../proxy/service.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
+import { settledWithin } from "../util/timers.js";
 import { CrashMonitor } from "./crash-monitor.js";
 import { checksumFor, Downloader, sha256File, sleep } from "./download.js";
 import { type UpdateErrorCode, UpdateFailure } from "./failure.js";
@@ -145,12 +146,7 @@ export class OperatorService {
   async close(): Promise<void> {
     const background = Promise.all([this.monitor.stop(), this.route.stop()]);
     this.closing.abort(new Error("the agent is stopping"));
-    let timer: NodeJS.Timeout | undefined;
-    const limit = new Promise((r) => {
-      timer = setTimeout(r, this.o.config.stopTimeoutMs + 5000);
-    });
-    await Promise.race([Promise.all([background, this.job]), limit]);
-    clearTimeout(timer);
+    await settledWithin(Promise.all([background, this.job]), this.o.config.stopTimeoutMs + 5000);
   }
 
   /** POST /v1/operator/update: starts an update, or answers a repeated request with its current status. */

@@ -1,17 +1,14 @@
 import { parse, setting } from "../config.js";
+import { absoluteUrl, carriesCredentials } from "../util/urls.js";
 import { sourceProblem } from "./source.js";
 
 /** A URL setting: absolute http(s), without credentials, query or fragment; trailing slashes dropped. */
 function baseUrl(raw: unknown): string | undefined {
   const s = parse.optionalString(raw);
   if (s === undefined) return undefined;
-  let url: URL;
-  try {
-    url = new URL(s);
-  } catch {
-    throw new Error(`expected an absolute URL, got "${s}"`);
-  }
-  if (url.username || url.password || url.search || url.hash)
+  const url = absoluteUrl(s);
+  if (!url) throw new Error(`expected an absolute URL, got "${s}"`);
+  if (carriesCredentials(url) || url.search || url.hash)
     throw new Error("must not carry credentials, a query or a fragment");
   return s.replace(/\/+$/, "");
 }

@@ -1,3 +1,4 @@
+import { absoluteUrl, carriesCredentials } from "../util/urls.js";
 /**
  * Where operator releases come from. A source is a prefix under which each release is a folder
  * `<source>/<version>/` holding the executable and `SHA256SUMS`. Three forms: an `https://` prefix, an
@@ -19,13 +20,9 @@ const BUCKET_RE = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
 
 /** What is wrong with a source string, or undefined when it can be used. */
 export function sourceProblem(raw: string, allowHttp: boolean): string | undefined {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    return "must be an https:// prefix or an s3://bucket/prefix URL";
-  }
-  if (url.username || url.password) return "must not carry credentials";
+  const url = absoluteUrl(raw);
+  if (!url) return "must be an https:// prefix or an s3://bucket/prefix URL";
+  if (carriesCredentials(url)) return "must not carry credentials";
   if (url.search || url.hash) return "must not carry a query or fragment";
   if (url.protocol === "s3:")
     return BUCKET_RE.test(url.hostname) ? undefined : `names an invalid bucket "${url.hostname}"`;

@@ -1,6 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { BODY_OPTIONAL } from "../http/openapi.js";
-import { problemResponses } from "../http/schemas.js";
+import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
 import { RouteIdParamsSchema, type RouteWriteRequest } from "./schemas.js";
 import type { RouteService } from "./service.js";
@@ -18,11 +18,6 @@ const changeProblems = problemResponses(
   "proxy_rejected_change",
   "proxy_rollback_failed",
 );
-const json = (schema: unknown, description: string) => ({
-  description,
-  content: { "application/json": { schema } },
-});
-
 export function registerProxyRoutes(app: App, service: RouteService): void {
   app.get(
     "/v1/proxy/routes",
@@ -34,7 +29,7 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
         description:
           "All routes of the managed server in Caddy's order, including routes the agent did not create. `[]` when the server does not exist yet.",
         response: {
-          200: json(Type.Array(RouteRef), "The routes."),
+          200: jsonContent(Type.Array(RouteRef), "The routes."),
           ...problemResponses("proxy_unavailable"),
         },
       },
@@ -57,7 +52,7 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
           "Creates a reverse-proxy route for `domain`. The route `@id` is the normalised domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
         body: Type.Ref("RouteWriteRequest"),
         response: {
-          201: json(RouteRef, "The route as written to Caddy."),
+          201: jsonContent(RouteRef, "The route as written to Caddy."),
           ...problemResponses(
             "validation_failed",
             "malformed_body",
@@ -88,7 +83,7 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
         params: RouteIdParamsSchema,
         body: Type.Ref("RouteWriteRequest"),
         response: {
-          200: json(RouteRef, "The route as written to Caddy."),
+          200: jsonContent(RouteRef, "The route as written to Caddy."),
           ...changeProblems,
         },
       },

@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
+import { signalGroup } from "../util/processes.js";
 import { CommandError, type LockHolder, PackageManagerBusyError } from "./errors.js";
 
 export interface CommandResult {
@@ -41,17 +42,13 @@ export function runCommand(file: string, args: readonly string[], o: RunOptions)
     const stderr = collect(child.stderr);
     let timedOut = false;
     let killTimer: NodeJS.Timeout | undefined;
-    const signalGroup = (signal: NodeJS.Signals) => {
-      try {
-        if (child.pid !== undefined) process.kill(-child.pid, signal);
-      } catch {
-        // already gone
-      }
+    const signal = (s: NodeJS.Signals) => {
+      if (child.pid !== undefined) signalGroup(child.pid, s);
     };
     const timer = setTimeout(() => {
       timedOut = true;
-      signalGroup("SIGTERM");
-      killTimer = setTimeout(() => signalGroup("SIGKILL"), KILL_GRACE_MS);
+      signal("SIGTERM");
+      killTimer = setTimeout(() => signal("SIGKILL"), KILL_GRACE_MS);
     }, o.timeoutMs);
     let settled = false;
     const finish = (fn: () => void) => {

@@ -1,14 +1,9 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyRequest } from "fastify";
-import { problemResponses } from "../http/schemas.js";
+import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
 import { ApplyHistoryQuerySchema, type ApplyUpdatesRequest, systemSharedSchemas } from "./schemas.js";
 import type { SystemService } from "./service.js";
-
-const json = (schema: unknown, description: string) => ({
-  description,
-  content: { "application/json": { schema } },
-});
 
 export function registerSystemRoutes(app: App, service: SystemService): void {
   for (const s of systemSharedSchemas) app.addSchema(s);
@@ -25,7 +20,7 @@ export function registerSystemRoutes(app: App, service: SystemService): void {
         description:
           "Refreshes the package lists (a failure to fetch any of them is an error), then reports the available updates and whether a reboot is required. Waits while another apply of this agent or another program holds the package manager, up to `HOSTKEEPER_PACKAGE_LOCK_TIMEOUT_MS`. Request body: none.",
         response: {
-          200: json(Type.Ref("System"), "The System object, with the details of each update."),
+          200: jsonContent(Type.Ref("System"), "The System object, with the details of each update."),
           ...problemResponses("package_manager_busy", "package_manager_failed"),
         },
       },
@@ -44,7 +39,7 @@ export function registerSystemRoutes(app: App, service: SystemService): void {
           "Installs the updates of `update_type` non-interactively, keeping configuration files the administrator changed, and never upgrading a package of `HOSTKEEPER_HOLD_PACKAGES`. The answer says what changed and what was held back. Every apply, failed or not, is recorded in the apply history.",
         body: Type.Ref("ApplyUpdatesRequest"),
         response: {
-          200: json(Type.Ref("ApplyResult"), "What the apply changed."),
+          200: jsonContent(Type.Ref("ApplyResult"), "What the apply changed."),
           ...problemResponses(
             "validation_failed",
             "malformed_body",
@@ -83,7 +78,7 @@ export function registerSystemRoutes(app: App, service: SystemService): void {
           "Every apply-updates call, newest first: who asked (remote address, user agent, request id), the update type, the outcome or error, what changed, and how long it took.",
         querystring: ApplyHistoryQuerySchema,
         response: {
-          200: json(Type.Ref("ApplyHistory"), "The applies."),
+          200: jsonContent(Type.Ref("ApplyHistory"), "The applies."),
           ...problemResponses("validation_failed"),
         },
       },

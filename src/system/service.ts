@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import type { Logger } from "pino";
 import type { Db, Migration } from "../store/db.js";
+import { settledWithin } from "../util/timers.js";
 import { ApplyFailedError, isSystemError, PackageManagerBusyError } from "./errors.js";
 import { Mutex } from "./mutex.js";
 import type { ApplyChanges, PackageManager, PackageManagerName, UpdateType } from "./package-manager.js";
@@ -203,7 +204,7 @@ export class SystemService {
     clearTimeout(this.rebootTimer);
     const child = this.rebootChild;
     if (child && child.exitCode === null && child.signalCode === null)
-      await Promise.race([once(child, "exit"), new Promise((r) => setTimeout(r, 5_000).unref())]);
+      await settledWithin(once(child, "exit"), 5_000);
   }
 
   private reboot(): void {
