@@ -6,6 +6,7 @@ import { DenyList } from "./events/egress.js";
 import { Outbox, outboxMigrations } from "./events/outbox.js";
 import { bearerTokenCheck, registerBearerAuth } from "./http/auth.js";
 import {
+  answerExpectations,
   httpEdgeOptions,
   MAX_PARAM_LENGTH,
   type RegisteredRoute,
@@ -163,6 +164,7 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   // The first hooks of the root scope: a request without Host is refused as unreadable, then the token is
   // checked before anything else runs, for every route.
   registerProblemHandlers(app, table, [systemProblem]);
+  answerExpectations(app, check);
   registerBearerAuth(app, check);
   await registerOpenApi(app);
   for (const s of [...proxySharedSchemas, ...operatorSharedSchemas]) app.addSchema(s);

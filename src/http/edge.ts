@@ -1,4 +1,4 @@
-import { STATUS_CODES } from "node:http";
+import { type IncomingMessage, type ServerResponse, STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
 import type {
   FastifyError,
@@ -101,6 +101,26 @@ export function registerProblemHandlers(
       );
     }
     return sendProblem(reply, new ApiError("not_found", `no route for ${request.method} ${path}`));
+  });
+}
+
+/**
+ * Node answers an `Expect` other than `100-continue` itself, with a bare 417, before Fastify sees the
+ * request; here it is a problem, after the token like every other answer.
+ */
+export function answerExpectations(app: FastifyInstance, check: TokenCheck): void {
+  app.server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
+    const problem =
+      check(req.headers.authorization) ??
+      new ApiError("expectation_failed", "only Expect: 100-continue is supported");
+    const body = JSON.stringify(problemBody(problem));
+    res.writeHead(problem.status, {
+      "content-type": "application/problem+json",
+      "content-length": Buffer.byteLength(body),
+      connection: "close",
+      ...(problem.code === "unauthorized" ? { "www-authenticate": 'Bearer realm="hostkeeper"' } : {}),
+    });
+    res.end(body);
   });
 }
 

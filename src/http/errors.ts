@@ -20,6 +20,7 @@ export const problemCodes = {
   request_timeout: { status: 408, title: "Request timed out" },
   payload_too_large: { status: 413, title: "Request body too large" },
   unsupported_media_type: { status: 415, title: "Unsupported media type" },
+  expectation_failed: { status: 417, title: "Expectation failed" },
   request_header_fields_too_large: { status: 431, title: "Request header fields too large" },
   internal_error: { status: 500, title: "Internal server error" },
   package_manager_busy: { status: 500, title: "Package manager busy" },

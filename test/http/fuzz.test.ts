@@ -543,6 +543,11 @@ describe("fuzz of every operation in the OpenAPI document", () => {
       ["a bare LF line ending", `GET ${routes} HTTP/1.1\nHost: x\nAuthorization: Bearer ${TEST_TOKEN}\n\n`],
       ["an obsolete folded header", `${head("X-Fold: a\r\n b\r\n")}Content-Length: 2\r\n\r\n{}`],
       ["no Host header", `GET ${routes} HTTP/1.1\r\nAuthorization: Bearer ${TEST_TOKEN}\r\n\r\n`],
+      ["an Expect other than 100-continue", `${head("Expect: 200-ok\r\n")}Content-Length: 2\r\n\r\n{}`],
+      [
+        "an Expect without a token",
+        `POST ${routes} HTTP/1.1\r\nHost: x\r\nExpect: x\r\nContent-Length: 2\r\n\r\n{}`,
+      ],
       ["a space before the colon", `${head("Content-Length : 2\r\n")}\r\n{}`],
     ];
     for (const [what, bytes] of cases) await f.send(what, "POST", bytes);
