@@ -85,6 +85,8 @@ export class Outbox {
   private timerAt = 0;
   private closed = false;
   private running = new Set<Promise<void>>();
+  /** Attempts made by deliverNow, outside the worker's concurrency. */
+  private readonly firstAttempts = new Set<Promise<boolean>>();
   private readonly concurrency: number;
 
   private readonly insert;
@@ -152,15 +154,26 @@ export class Outbox {
   }
 
   /**
-   * Makes one attempt now, waiting at most `timeoutMs`. Never throws: a failure is recorded and the event stays
-   * with the worker's schedule.
+   * Starts one attempt now, outside the worker's schedule; it ends within `timeoutMs`. The attempt never
+   * rejects: a failure is recorded and the event stays with the worker's schedule. close() waits for it.
    */
   async deliverNow(id: string, timeoutMs: number): Promise<boolean> {
     const ev = this.get(id);
     if (!ev) return false;
     if (ev.state !== "pending") return ev.state === "delivered";
     if (!this.mayStart(ev)) return false;
-    return this.attempt(ev, timeoutMs);
+    // Callers go on while the attempt runs: a rejection would surface as unhandled, and the change it reports
+    // must not fail over the bookkeeping of its callback.
+    const attempt = this.attempt(ev, timeoutMs).catch((err: unknown) => {
+      this.opts.log.error(
+        { err, event: ev.id },
+        "a delivery attempt could not be recorded; the event stays pending",
+      );
+      return false;
+    });
+    this.firstAttempts.add(attempt);
+    void attempt.then(() => this.firstAttempts.delete(attempt));
+    return attempt;
   }
 
   /** Wakes the worker, e.g. after events were written. */
@@ -178,7 +191,7 @@ export class Outbox {
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
-    await settledWithin(Promise.allSettled([...this.running]), waitMs);
+    await settledWithin(Promise.allSettled([...this.running, ...this.firstAttempts]), waitMs);
   }
 
   /** Arms the worker's timer for `delayMs` from now, unless it is already armed to fire sooner. */

@@ -51,7 +51,7 @@ export const eventSettings = {
     key: "webhookFirstAttemptTimeoutMs",
     env: "HOSTKEEPER_WEBHOOK_FIRST_ATTEMPT_TIMEOUT_MS",
     area: "events",
-    doc: "Longest a mutation waits for the first, inline delivery attempt of its event before it goes on.",
+    doc: "Time-out of the first delivery attempt of a change's event, started before Caddy is touched; the change goes on meanwhile and its answer waits for the attempt at most this long.",
     defaultText: "2000",
     default: 2_000,
     parse: parse.int(50, 30_000),

@@ -136,7 +136,7 @@ const OUTCOME_OF: Record<WriteFailure["kind"], string> = {
 
 /**
  * Route management: validates requests, keeps the operator's route out of reach of the API, records the
- * state each change replaces (and sends it as `route_backup`) before Caddy is touched, and hands the
+ * state each change replaces (and starts sending it as `route_backup`) before Caddy is touched, and hands the
  * change to the serialized writer.
  */
 export class RouteService {
@@ -224,10 +224,11 @@ export class RouteService {
 
   private async change(operation: Operation, id: string, op: Op, callbackUrl: string | undefined) {
     let changeId: number | undefined;
+    const firstAttempts: Promise<boolean>[] = [];
     const requested = op.kind === "delete" ? null : JSON.stringify(op.route);
     const result: ChangeResult = await this.o.writer.submit({
       op,
-      prepare: async (previous) => {
+      prepare: (previous) => {
         const now = new Date().toISOString();
         const prev = previous === null ? null : JSON.stringify(previous);
         const eventId = this.o.db.transaction(() => {
@@ -243,8 +244,9 @@ export class RouteService {
           else this.updatePrevious.run(prev, ev, changeId);
           return ev;
         })();
-        // The first attempt is made before the change, but a slow or dead receiver only delays it this long.
-        if (eventId) await this.o.outbox.deliverNow(eventId, this.o.firstAttemptTimeoutMs);
+        // Started before Caddy is touched but not awaited: the writer holds every queued change meanwhile,
+        // so one slow receiver would hold up the changes of every other request.
+        if (eventId) firstAttempts.push(this.o.outbox.deliverNow(eventId, this.o.firstAttemptTimeoutMs));
       },
     });
     if (changeId !== undefined) {
@@ -256,6 +258,9 @@ export class RouteService {
           : result.failure.kind;
       this.finishChange.run(outcome, error, new Date().toISOString(), changeId);
     }
+    // The answer waits (bounded by the attempt's time-out) for this change's own first attempts, so a
+    // receiver that answers in time has the backup by the time the caller learns the outcome.
+    await Promise.all(firstAttempts);
     if (!result.ok) throw failureToError(result.failure, id, result.previous);
     return result;
   }

@@ -176,7 +176,7 @@ test("route_backup reaches the callback signed, with the previous state, before 
     payload: { callback_url: rx.url },
   });
   assert.equal(del.statusCode, 204);
-  // The first attempt happens before the mutation, so all three are here already.
+  // Each answer waits for its change's first attempt, so all three are here already.
   assert.equal(rx.received.length, 3);
   for (const w of rx.received) {
     assert.ok(verifyStandardWebhook(TEST_SECRET, w), "signature verifies");
@@ -222,6 +222,66 @@ test("a receiver that is down does not block the change and gets the event later
   )
     await new Promise((r) => setTimeout(r, 20));
   assert.deepEqual(ev, { state: "delivered", attempts: 2 });
+});
+
+test("a receiver holding its answer delays no change, only the answer of the request that named it", async (t) => {
+  // The longest first attempt allowed: were the writer to wait for it, the other change would wait as long.
+  const { caddy, call, app } = await setup(t, { HOSTKEEPER_WEBHOOK_FIRST_ATTEMPT_TIMEOUT_MS: "30000" });
+  const up = await startUpstream(t, "u");
+  let release = () => {};
+  const held = new Promise<void>((r) => {
+    release = r;
+  });
+  t.after(() => release());
+  const rx = await startReceiver(t, { hold: () => held });
+  const order: string[] = [];
+  // Spies, not stand-ins: they note when the first attempt starts and how many writes reached Caddy by then.
+  let writes = 0;
+  const admin = app.services.writer.admin;
+  const write = admin.write.bind(admin);
+  t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
+    writes++;
+    return write(...args);
+  });
+  const outbox = app.services.outbox;
+  const deliverNow = outbox.deliverNow.bind(outbox);
+  t.mock.method(outbox, "deliverNow", (...args: Parameters<typeof outbox.deliverNow>) => {
+    order.push(`first attempt starts after ${writes} Caddy writes`);
+    return deliverNow(...args);
+  });
+
+  const slow = call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("slow.test", [up.port], { callback_url: rx.url }),
+  }).then((res) => {
+    order.push("slow.test answered");
+    return res;
+  });
+  await rx.waitFor(1, 10_000);
+  order.push("the receiver holds the event");
+  const other = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("other.test", [up.port]),
+  });
+  order.push("other.test answered");
+  assert.equal(other.statusCode, 201, other.body);
+  // Both changes are in Caddy while the receiver still holds its answer.
+  assert.equal((await viaProxy(caddy.httpPort, "slow.test")).body, "u");
+  assert.equal((await viaProxy(caddy.httpPort, "other.test")).body, "u");
+
+  release();
+  assert.equal((await slow).statusCode, 201);
+  assert.deepEqual(order, [
+    "first attempt starts after 0 Caddy writes",
+    "the receiver holds the event",
+    "other.test answered",
+    "slow.test answered",
+  ]);
+  // The held attempt is the one that delivered the event, recorded before its request was answered.
+  const ev = app.services.db.prepare("SELECT state, attempts FROM outbox_events").all();
+  assert.deepEqual(ev, [{ state: "delivered", attempts: 1 }]);
 });
 
 test("problems: 401, 400 (naming fields), 403, 404, 409, 413, 415", async (t) => {

@@ -1,0 +1,271 @@
+import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "./caddy-admin.js";
+import { canonicalJson, type Op, opId, type Plan, type RouteJson } from "./plan.js";
+
+export interface RoutesState {
+  /** False when the managed server does not exist yet. */
+  serverExists: boolean;
+  /** Whether the server has a `routes` key (a missing key reads as null). */
+  routesPresent: boolean;
+  routes: RouteJson[];
+  /** ETag of the routes path, or of `/config/` when the server is missing. */
+  etag: string;
+  /** The whole config, read only when the server is missing (to find where to create it). */
+  config?: Record<string, unknown> | null;
+}
+
+export type WriteOutcome =
+  | { kind: "written" }
+  /** If-Match failed: the routes changed since they were read, and nothing was written. */
+  | { kind: "stale" }
+  /** Caddy refused the new config and kept the old one. */
+  | { kind: "refused"; message: string }
+  /** The request never reached Caddy. */
+  | { kind: "not_sent"; message: string }
+  /** The connection failed after the request may have reached Caddy: the write may or may not have landed. */
+  | { kind: "uncertain"; message: string };
+
+export interface ReadBack {
+  /** Why a change is not in Caddy as written; undefined when all are. */
+  problem: string | undefined;
+  /** The check read the changed routes by id, so the routes' new ETag is still unknown. */
+  byId: boolean;
+}
+
+export interface CaddyRoutesOptions {
+  /** Name of the managed server under `apps.http.servers`. */
+  server: string;
+  /** Listen addresses of the managed server when it has to be created. */
+  listen: readonly string[];
+}
+
+/** Up to this many changed ids are verified one by one; more, by one read of all routes. */
+const FEW = 8;
+/** Connection errors that prove the request never reached Caddy. */
+const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
+
+/**
+ * The managed server's routes in Caddy: reads them (keeping the last known state until it may be stale),
+ * writes a planned change as one request carrying If-Match, creates the server on first use, reads a change
+ * back and puts captured routes back. It knows Caddy's admin API, not who asked for a change.
+ */
+export class CaddyRoutes {
+  private readonly routesPath: string;
+  private readonly serverPath: string;
+  /**
+   * The routes as of the last read or verified write; dropped whenever it may be stale. After a refresh it
+   * holds the text Caddy sent, parsed when the next change needs it.
+   */
+  private cache: RoutesState | { text: string; etag: string } | undefined;
+
+  constructor(
+    private readonly admin: CaddyAdmin,
+    private readonly opts: CaddyRoutesOptions,
+  ) {
+    this.serverPath = `/config/apps/http/servers/${opts.server}`;
+    this.routesPath = `${this.serverPath}/routes`;
+  }
+
+  /** The routes read from Caddy now, as Caddy's own JSON text (`[]` when there are none). */
+  async text(): Promise<string> {
+    const res = await this.admin.read(this.routesPath);
+    if (res.status === 200) return res.text.trim() === "null" ? "[]" : res.text;
+    if (await this.serverMissing(res.status)) return "[]";
+    throw new CaddyApiError(res.status, caddyErrorText(res));
+  }
+
+  /** The last known routes, else the routes read now; `cached` says which. */
+  async current(): Promise<{ state: RoutesState; cached: boolean }> {
+    const cached = this.cachedState();
+    if (cached) return { state: cached, cached: true };
+    return { state: await this.read(), cached: false };
+  }
+
+  /** Makes the next `current()` read Caddy. */
+  forget(): void {
+    this.cache = undefined;
+  }
+
+  /**
+   * Reads the routes and their ETag into the last known state; a failed read leaves none. The text is
+   * parsed once the event loop is idle, so the next change does not wait for it.
+   */
+  async refresh(): Promise<void> {
+    this.cache = undefined;
+    const res = await this.admin.read(this.routesPath).catch(() => undefined);
+    if (res?.status !== 200 || !res.etag) return;
+    const cached = { text: res.text, etag: res.etag };
+    this.cache = cached;
+    setImmediate(() => {
+      if (this.cache === cached) this.cachedState();
+    });
+  }
+
+  /** Ids the creates among `ops` would take that are in use elsewhere in Caddy's config (ids are global there). */
+  async idsElsewhere(ops: readonly Op[], state: RoutesState): Promise<Set<string>> {
+    const inRoutes = new Set(state.routes.map((r) => r["@id"]));
+    const ask = [...new Set(ops.filter((op) => op.kind === "create").map(opId))].filter(
+      (id) => !inRoutes.has(id),
+    );
+    const found = await Promise.all(
+      ask.map(async (id) => {
+        const res = await this.admin.read(`/id/${encodeURIComponent(id)}`);
+        if (res.status === 200) return id;
+        if (res.status === 404) return undefined;
+        throw new CaddyApiError(res.status, caddyErrorText(res));
+      }),
+    );
+    return new Set(found.filter((x): x is string => x !== undefined));
+  }
+
+  /** Writes the planned routes over `state` as one change, with If-Match on the ETag `state` was read with. */
+  async write(state: RoutesState, p: Plan): Promise<WriteOutcome> {
+    try {
+      await this.send(state, p);
+      return { kind: "written" };
+    } catch (err) {
+      // Caddy keeps the previous config when it refuses a change, so the last known state still holds.
+      if (err instanceof CaddyApiError && err.status !== 412)
+        return { kind: "refused", message: err.message };
+      this.cache = undefined;
+      if (err instanceof CaddyApiError) return { kind: "stale" };
+      const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
+      return { kind: NOT_SENT.has(code ?? "") ? "not_sent" : "uncertain", message: (err as Error).message };
+    }
+  }
+
+  /** Checks that each applied change is in Caddy as written. A failed read is a problem, not a throw. */
+  async readBack(p: Plan): Promise<ReadBack> {
+    // Only the last change to an id decides what Caddy must hold for it (a batch may create and delete one id).
+    const last = new Map(p.applied.map(({ op }) => [opId(op), op]));
+    // A few changes: read just those routes by id, whatever the number of routes.
+    const byId = last.size <= FEW;
+    this.cache = undefined;
+    try {
+      return { byId, problem: byId ? await this.problemById(last) : await this.problemInAll(last) };
+    } catch (err) {
+      return { byId, problem: `reading the change back failed: ${(err as Error).message}` };
+    }
+  }
+
+  /** Puts the captured routes back as they were before a change; throws unless they read back that way. */
+  async restore(before: RoutesState): Promise<void> {
+    this.cache = undefined;
+    if (!before.serverExists) {
+      const now = await this.admin.read(this.serverPath);
+      if (now.status === 200 && now.text.trim() !== "null") await this.admin.write("DELETE", this.serverPath);
+    } else if (!before.routesPresent) {
+      const now = await this.admin.read(this.routesPath);
+      if (now.status === 200 && now.text.trim() !== "null") await this.admin.write("DELETE", this.routesPath);
+    } else {
+      await this.admin.write("PATCH", this.routesPath, before.routes);
+    }
+    const check = await this.read();
+    if (canonicalJson(check.routes) !== canonicalJson(before.routes))
+      throw new Error("the routes read back differ from the captured state");
+    this.cache = check;
+  }
+
+  /** Missing intermediate keys read as 400 ("invalid traversal path"); confirm the server is really absent. */
+  private async serverMissing(status: number): Promise<boolean> {
+    if (status !== 400 && status !== 404) return false;
+    const res = await this.admin.read(this.serverPath);
+    return res.status === 400 || res.status === 404 || (res.status === 200 && res.text.trim() === "null");
+  }
+
+  private async read(): Promise<RoutesState> {
+    const res = await this.admin.read(this.routesPath);
+    if (res.status === 200 && res.etag) return routesStateOf(res.text, res.etag);
+    if (await this.serverMissing(res.status)) {
+      const whole = await this.admin.read("/config/");
+      if (whole.status !== 200 || !whole.etag) throw new CaddyApiError(whole.status, caddyErrorText(whole));
+      const config = JSON.parse(whole.text) as Record<string, unknown> | null;
+      return { serverExists: false, routesPresent: false, routes: [], etag: whole.etag, config };
+    }
+    throw new CaddyApiError(res.status, caddyErrorText(res));
+  }
+
+  /** The cached routes, parsing a cached read-back text first. */
+  private cachedState(): RoutesState | undefined {
+    const c = this.cache;
+    if (c === undefined || "routes" in c) return c;
+    this.cache = routesStateOf(c.text, c.etag);
+    return this.cache;
+  }
+
+  /** One request: a targeted write for a single change, the whole routes array for a batch. */
+  private async send(state: RoutesState, p: Plan): Promise<void> {
+    const ifMatch = state.etag;
+    if (!state.serverExists) return this.createServer(state, p.routes, ifMatch);
+    if (!state.routesPresent) return this.admin.write("PUT", this.routesPath, p.routes, ifMatch);
+    const only = p.applied.length === 1 ? p.applied[0] : undefined;
+    if (!only) return this.admin.write("PATCH", this.routesPath, p.routes, ifMatch);
+    const { op, at, wasPresent } = only;
+    if (op.kind === "delete")
+      return this.admin.write("DELETE", `${this.routesPath}/${at}`, undefined, ifMatch);
+    if (wasPresent) return this.admin.write("PATCH", `${this.routesPath}/${at}`, op.route, ifMatch);
+    if (at === state.routes.length) return this.admin.write("POST", this.routesPath, op.route, ifMatch);
+    return this.admin.write("PUT", `${this.routesPath}/${at}`, op.route, ifMatch);
+  }
+
+  /** Creates the managed server (and any missing parents) holding `routes`, listening on the configured addresses. */
+  private async createServer(state: RoutesState, routes: RouteJson[], ifMatch: string): Promise<void> {
+    const chain = ["apps", "http", "servers", this.opts.server];
+    let value: unknown = { listen: [...this.opts.listen], routes };
+    let node: unknown = state.config;
+    let depth = 0;
+    while (
+      depth < chain.length &&
+      node &&
+      typeof node === "object" &&
+      (chain[depth] as string) in (node as object)
+    ) {
+      node = (node as Record<string, unknown>)[chain[depth] as string];
+      depth++;
+    }
+    for (let i = chain.length - 1; i > depth; i--) value = { [chain[i] as string]: value };
+    if (state.config === null || state.config === undefined) {
+      return this.admin.write("POST", "/config/", { [chain[0] as string]: value }, ifMatch);
+    }
+    const parent = chain.slice(0, depth).join("/");
+    return this.admin.write("POST", `/config/${parent ? `${parent}/` : ""}${chain[depth]}`, value, ifMatch);
+  }
+
+  private async problemById(last: Map<string, Op>): Promise<string | undefined> {
+    const problems = await Promise.all(
+      [...last].map(async ([id, op]) => {
+        const res = await this.admin.read(`/id/${encodeURIComponent(id)}`);
+        if (op.kind === "delete")
+          return res.status === 404 ? undefined : `route ${id} is still present after its deletion`;
+        if (res.status !== 200) return `route ${id} cannot be read back: ${caddyErrorText(res)}`;
+        return canonicalJson(JSON.parse(res.text)) === canonicalJson(op.route)
+          ? undefined
+          : `route ${id} does not read back as written`;
+      }),
+    );
+    return problems.find((x) => x !== undefined);
+  }
+
+  /** One read of all routes; when the changes are all there, it becomes the last known state. */
+  private async problemInAll(last: Map<string, Op>): Promise<string | undefined> {
+    const res = await this.admin.read(this.routesPath);
+    if (res.status !== 200 || !res.etag) return `reading the routes back failed: ${caddyErrorText(res)}`;
+    const state = routesStateOf(res.text, res.etag);
+    const byId = new Map(state.routes.map((r) => [r["@id"], r]));
+    for (const [id, op] of last) {
+      const got = byId.get(id);
+      if (op.kind === "delete") {
+        if (got) return `route ${id} is still present after its deletion`;
+      } else if (!got || canonicalJson(got) !== canonicalJson(op.route)) {
+        return `route ${id} does not read back as written`;
+      }
+    }
+    this.cache = state;
+    return undefined;
+  }
+}
+
+/** The state of an existing server from Caddy's answer for its routes path (`null` when it has no routes key). */
+function routesStateOf(text: string, etag: string): RoutesState {
+  const parsed = JSON.parse(text) as RouteJson[] | null;
+  return { serverExists: true, routesPresent: parsed !== null, routes: parsed ?? [], etag };
+}
