@@ -162,15 +162,7 @@ export class Outbox {
     if (!ev) return false;
     if (ev.state !== "pending") return ev.state === "delivered";
     if (!this.mayStart(ev)) return false;
-    // Callers go on while the attempt runs: a rejection would surface as unhandled, and the change it reports
-    // must not fail over the bookkeeping of its callback.
-    const attempt = this.attempt(ev, timeoutMs).catch((err: unknown) => {
-      this.opts.log.error(
-        { err, event: ev.id },
-        "a delivery attempt could not be recorded; the event stays pending",
-      );
-      return false;
-    });
+    const attempt = this.attemptLogged(ev, timeoutMs);
     this.firstAttempts.add(attempt);
     void attempt.then(() => this.firstAttempts.delete(attempt));
     return attempt;
@@ -212,7 +204,7 @@ export class Outbox {
     for (const ev of this.due.all(Date.now()) as OutboxEvent[]) {
       if (this.running.size >= this.concurrency) break;
       if (!this.mayStart(ev)) continue;
-      const p = this.attempt(ev, this.opts.timeoutMs).then(() => undefined);
+      const p = this.attemptLogged(ev, this.opts.timeoutMs).then(() => undefined);
       this.running.add(p);
       void p.finally(() => {
         this.running.delete(p);
@@ -237,6 +229,22 @@ export class Outbox {
     const jittered = base * (0.8 + Math.random() * 0.4);
     const wait = Math.max(jittered, Math.min(retryAfterSeconds ?? 0, 86_400));
     return Math.round(wait * 1000);
+  }
+
+  /**
+   * An attempt that never rejects. Nobody awaits an attempt at once (the worker's are fire-and-forget, a first
+   * attempt runs beside the change it reports), so a rejection would surface as unhandled and stop the agent;
+   * and a change must not fail over the bookkeeping of its callback. A failure to record the attempt is
+   * logged and the event stays pending, to be tried again.
+   */
+  private attemptLogged(ev: OutboxEvent, timeoutMs: number): Promise<boolean> {
+    return this.attempt(ev, timeoutMs).catch((err: unknown) => {
+      this.opts.log.error(
+        { err, event: ev.id },
+        "a delivery attempt could not be recorded; the event stays pending",
+      );
+      return false;
+    });
   }
 
   private async attempt(ev: OutboxEvent, timeoutMs: number): Promise<boolean> {

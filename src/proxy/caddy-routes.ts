@@ -188,7 +188,13 @@ export class CaddyRoutes {
   private cachedState(): RoutesState | undefined {
     const c = this.cache;
     if (c === undefined || "routes" in c) return c;
-    this.cache = routesStateOf(c.text, c.etag);
+    try {
+      this.cache = routesStateOf(c.text, c.etag);
+    } catch {
+      // Text that is not a routes array (parsed on an idle tick, where a throw would stop the agent): no
+      // cache, so the next change reads Caddy afresh and meets any real problem there.
+      this.cache = undefined;
+    }
     return this.cache;
   }
 
