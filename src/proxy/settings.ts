@@ -35,6 +35,7 @@ export const proxySettings = {
     defaultText: "embedded Caddy",
     default: undefined as CaddyAdminAddress | undefined,
     parse: parseCaddyAdmin,
+    show: (a) => (a === undefined ? "" : a.kind === "unix" ? `unix:${a.socketPath}` : a.url.origin),
   }),
   caddyServer: setting({
     key: "caddyServer",
