@@ -39,6 +39,7 @@ test("a bad value names its setting", () => {
     ["HOSTKEEPER_CADDY_ADMIN", "ftp://x"],
     ["HOSTKEEPER_WEBHOOK_SECRET", "whsec_short"],
     ["HOSTKEEPER_TOKEN", "short"],
+    ["HOSTKEEPER_OPERATOR_DOMAIN", "ops.example.test:443"],
   ] as const) {
     assert.throws(
       () => loadConfig({ env: { [env]: value } }),
@@ -50,6 +51,11 @@ test("a bad value names its setting", () => {
     () => loadConfig({ env: {}, file: { caddyServr: "x" } }),
     /caddyServr \(config file\): unknown setting/,
   );
+});
+
+test("the operator's domain is held as its route id", () => {
+  const c = loadConfig({ env: { HOSTKEEPER_OPERATOR_DOMAIN: "Ops.Bücher.example." } });
+  assert.equal(c.proxy.operatorDomain, "ops.xn--bcher-kva.example");
 });
 
 test("every setting has a distinct HOSTKEEPER_ variable and file key", () => {
