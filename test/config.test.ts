@@ -79,7 +79,7 @@ test("the agent refuses to start on invalid configuration with one clear message
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const file = join(dir, "config.json");
   writeFileSync(file, JSON.stringify({ caddyServer: "srv0", listen: "127.0.0.1:99999" }));
-  const r = spawnSync(process.execPath, [join(projectRoot(), "dist/src/server.js")], {
+  const r = spawnSync(process.execPath, [join(projectRoot(), "dist/src/cli/main.js"), "serve"], {
     env: { PATH: process.env.PATH, HOSTKEEPER_CONFIG: file, HOSTKEEPER_DATA_DIR: dir },
     encoding: "utf8",
     timeout: 20_000,
