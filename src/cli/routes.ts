@@ -27,7 +27,7 @@ function describe(r: CaddyRoute) {
     id: cell(r["@id"]),
     hosts: cell((r.match ?? []).flatMap((m) => m.host ?? []).join(",")),
     upstreams: cell(upstreams.join(" ")),
-    handler: proxy ? cell(policy?.policy) : cell(r.handle?.map((h) => h.handler).join(",")),
+    policy: proxy ? cell(policy?.policy) : cell(r.handle?.map((h) => h.handler).join(",")),
     terminal: cell(r.terminal ?? false),
   };
 }
@@ -38,7 +38,7 @@ function routeFields(r: CaddyRoute): string {
     ["id", d.id],
     ["hosts", d.hosts],
     ["upstreams", d.upstreams],
-    ["policy", d.handler],
+    ["policy", d.policy],
     ["terminal", d.terminal],
   ]);
 }
@@ -64,7 +64,7 @@ const list: Command = {
         print(
           table(
             ["ID", "HOSTS", "UPSTREAMS", "POLICY", "TERMINAL"],
-            routes.map(describe).map((d) => [d.id, d.hosts, d.upstreams, d.handler, d.terminal]),
+            routes.map(describe).map((d) => [d.id, d.hosts, d.upstreams, d.policy, d.terminal]),
           ),
         );
     }
