@@ -21,7 +21,6 @@ import { operatorSharedSchemas } from "./operator/schemas.js";
 import { OperatorService } from "./operator/service.js";
 import { operatorMigrations } from "./operator/store.js";
 import { CaddyAdmin } from "./proxy/caddy-admin.js";
-import { normalizeDomain } from "./proxy/domain.js";
 import { registerProxyRoutes } from "./proxy/routes.js";
 import { proxySharedSchemas } from "./proxy/schemas.js";
 import { proxyMigrations, RouteService } from "./proxy/service.js";
@@ -125,14 +124,12 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
     listen: proxy.caddyListen,
     log: logger.child({ component: "route-writer" }),
   });
-  const operatorId = proxy.operatorDomain === undefined ? undefined : normalizeDomain(proxy.operatorDomain);
-  if (operatorId && !operatorId.ok) throw new Error(`HOSTKEEPER_OPERATOR_DOMAIN ${operatorId.message}`);
   const routes = new RouteService({
     db,
     writer,
     outbox,
     deny,
-    operatorRouteId: operatorId?.domain,
+    operatorRouteId: proxy.operatorDomain,
     firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
     log: logger.child({ component: "routes" }),
   });

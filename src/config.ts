@@ -16,6 +16,13 @@ export interface Setting<T> {
   readonly default: T;
   /** Parses the raw value (a string from the environment, or any JSON value from the file). Throws on bad input. */
   readonly parse: (raw: unknown) => T;
+  /** A secret: `hostkeeper config check` masks its value (each value, for an object). */
+  readonly secret?: boolean;
+  /**
+   * The value as a person would write it, where the generic display (strings, numbers, lists) misleads.
+   * A method, so that a `Setting<T>` still is a `Setting<unknown>`.
+   */
+  show?(value: T): string;
 }
 
 export class ConfigError extends Error {
@@ -100,13 +107,19 @@ export interface ConfigSource {
 }
 
 /**
- * Reads the config file named by HOSTKEEPER_CONFIG (default /etc/hostkeeper/config.json when present).
- * A file named explicitly must exist.
+ * The config file the agent reads: the one named by HOSTKEEPER_CONFIG (which must exist), else
+ * /etc/hostkeeper/config.json when present; undefined when there is none.
  */
-export function readConfigFile(env: NodeJS.ProcessEnv): Record<string, unknown> | undefined {
+export function configFilePath(env: NodeJS.ProcessEnv): string | undefined {
   const explicit = env.HOSTKEEPER_CONFIG?.trim();
   const path = explicit || "/etc/hostkeeper/config.json";
-  if (!explicit && !existsSync(path)) return undefined;
+  return !explicit && !existsSync(path) ? undefined : path;
+}
+
+/** Reads the config file of `configFilePath`, or undefined when there is none. */
+export function readConfigFile(env: NodeJS.ProcessEnv): Record<string, unknown> | undefined {
+  const path = configFilePath(env);
+  if (path === undefined) return undefined;
   let text: string;
   try {
     text = readFileSync(path, "utf8");
@@ -124,6 +137,20 @@ export function readConfigFile(env: NodeJS.ProcessEnv): Record<string, unknown> 
   return value as Record<string, unknown>;
 }
 
+export type SettingOrigin = "environment" | "file" | "default";
+
+/** Where a setting's value comes from: a non-empty environment variable, else a non-null file key, else the default. */
+export function settingInput(
+  s: Setting<unknown>,
+  source: ConfigSource,
+): { origin: SettingOrigin; raw: unknown } {
+  const envValue = source.env[s.env];
+  if (envValue !== undefined && envValue !== "") return { origin: "environment", raw: envValue };
+  const fileValue = source.file?.[s.key];
+  if (fileValue !== undefined && fileValue !== null) return { origin: "file", raw: fileValue };
+  return { origin: "default", raw: undefined };
+}
+
 /** Resolves one group of settings from environment, file and defaults; fails on the first bad value. */
 export function resolveSettings<S extends Record<string, Setting<unknown>>>(
   settings: S,
@@ -131,18 +158,18 @@ export function resolveSettings<S extends Record<string, Setting<unknown>>>(
 ): Values<S> {
   const out: Record<string, unknown> = {};
   for (const [name, s] of Object.entries(settings)) {
-    const envValue = source.env[s.env];
-    const fileValue = source.file?.[s.key];
-    const raw = envValue !== undefined && envValue !== "" ? envValue : fileValue;
-    if (raw === undefined || raw === null) {
+    const { origin, raw } = settingInput(s, source);
+    if (origin === "default") {
       out[name] = s.default;
       continue;
     }
     try {
       out[name] = s.parse(raw);
     } catch (err) {
-      const where = envValue !== undefined && envValue !== "" ? s.env : `${s.key} (config file)`;
-      throw new ConfigError(where, (err as Error).message);
+      throw new ConfigError(
+        origin === "environment" ? s.env : `${s.key} (config file)`,
+        (err as Error).message,
+      );
     }
   }
   return out as Values<S>;

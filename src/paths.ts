@@ -1,4 +1,4 @@
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -11,4 +11,11 @@ export function projectRoot(): string {
     if (up === dir) throw new Error("cannot find the project root (no package.json above the agent's code)");
     dir = up;
   }
+}
+
+/** The version in the project's package.json: the agent's and the CLI's, which ship together. */
+export function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(join(projectRoot(), "package.json"), "utf8")) as { version?: unknown };
+  if (typeof pkg.version !== "string") throw new Error("package.json has no version");
+  return pkg.version;
 }

@@ -1,21 +1,15 @@
 import pino from "pino";
 import { buildApp } from "./app.js";
-import { ConfigError } from "./config.js";
 import { ensureEmbeddedCaddy } from "./proxy/embedded-caddy.js";
 import { loadConfigFromProcess } from "./settings.js";
 
-/** The process: configuration, the embedded Caddy when none is configured, listen, graceful shutdown. */
-async function main(): Promise<void> {
-  let config: ReturnType<typeof loadConfigFromProcess>;
-  try {
-    config = loadConfigFromProcess();
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      process.stderr.write(`hostkeeper: ${err.message}\n`);
-      process.exit(2);
-    }
-    throw err;
-  }
+/**
+ * The agent's process, what `hostkeeper serve` runs: configuration, the embedded Caddy when none is
+ * configured, listen, graceful shutdown. Resolves once the agent listens; SIGTERM or SIGINT ends the
+ * process. An invalid configuration throws its ConfigError before anything starts.
+ */
+export async function serve(): Promise<void> {
+  const config = loadConfigFromProcess();
   const logger = pino({
     level: config.agent.logLevel,
     redact: { paths: ["req.headers.authorization", "token", "secret"], censor: "[redacted]" },
@@ -56,8 +50,3 @@ async function main(): Promise<void> {
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));
 }
-
-main().catch((err: unknown) => {
-  process.stderr.write(`hostkeeper: ${(err as Error).message}\n`);
-  process.exit(1);
-});

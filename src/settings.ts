@@ -23,6 +23,7 @@ export const agentSettings = {
     defaultText: "127.0.0.1:8626",
     default: { host: "127.0.0.1", port: 8626 },
     parse: parse.hostPort,
+    show: ({ host, port }) => `${host.includes(":") ? `[${host}]` : host}:${port}`,
   }),
   token: setting({
     key: "token",
@@ -36,6 +37,7 @@ export const agentSettings = {
       if (s !== undefined && s.length < 16) throw new Error("must be at least 16 characters");
       return s;
     },
+    secret: true,
   }),
   dataDir: setting({
     key: "dataDir",
@@ -112,8 +114,13 @@ export function loadConfig(source: ConfigSource): AppConfig {
   return out as AppConfig;
 }
 
+/** What the agent's process configures itself from: its environment and the config file it names. */
+export function configSourceFromProcess(env: NodeJS.ProcessEnv = process.env): ConfigSource {
+  return { env, file: readConfigFile(env) };
+}
+
 export function loadConfigFromProcess(env: NodeJS.ProcessEnv = process.env): AppConfig {
-  return loadConfig({ env, file: readConfigFile(env) });
+  return loadConfig(configSourceFromProcess(env));
 }
 
 /** The README's configuration table, one row per setting. */

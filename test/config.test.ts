@@ -39,6 +39,7 @@ test("a bad value names its setting", () => {
     ["HOSTKEEPER_CADDY_ADMIN", "ftp://x"],
     ["HOSTKEEPER_WEBHOOK_SECRET", "whsec_short"],
     ["HOSTKEEPER_TOKEN", "short"],
+    ["HOSTKEEPER_OPERATOR_DOMAIN", "ops.example.test:443"],
   ] as const) {
     assert.throws(
       () => loadConfig({ env: { [env]: value } }),
@@ -50,6 +51,11 @@ test("a bad value names its setting", () => {
     () => loadConfig({ env: {}, file: { caddyServr: "x" } }),
     /caddyServr \(config file\): unknown setting/,
   );
+});
+
+test("the operator's domain is held as its route id", () => {
+  const c = loadConfig({ env: { HOSTKEEPER_OPERATOR_DOMAIN: "Ops.Bücher.example." } });
+  assert.equal(c.proxy.operatorDomain, "ops.xn--bcher-kva.example");
 });
 
 test("every setting has a distinct HOSTKEEPER_ variable and file key", () => {
@@ -73,7 +79,7 @@ test("the agent refuses to start on invalid configuration with one clear message
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const file = join(dir, "config.json");
   writeFileSync(file, JSON.stringify({ caddyServer: "srv0", listen: "127.0.0.1:99999" }));
-  const r = spawnSync(process.execPath, [join(projectRoot(), "dist/src/server.js")], {
+  const r = spawnSync(process.execPath, [join(projectRoot(), "dist/src/cli/main.js"), "serve"], {
     env: { PATH: process.env.PATH, HOSTKEEPER_CONFIG: file, HOSTKEEPER_DATA_DIR: dir },
     encoding: "utf8",
     timeout: 20_000,

@@ -24,7 +24,7 @@ async function startAgent(
   env: Record<string, string>,
 ): Promise<Agent> {
   const port = await freePort();
-  const child = spawn(process.execPath, [join(projectRoot(), "dist/src/server.js")], {
+  const child = spawn(process.execPath, [join(projectRoot(), "dist/src/cli/main.js"), "serve"], {
     env: {
       PATH: process.env.PATH,
       HOSTKEEPER_LISTEN: `127.0.0.1:${port}`,

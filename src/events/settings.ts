@@ -18,6 +18,7 @@ export const eventSettings = {
         throw new Error("expected whsec_<base64 of at least 24 bytes>");
       return s;
     },
+    secret: true,
   }),
   webhookDenyCidrs: setting({
     key: "webhookDenyCidrs",

@@ -28,6 +28,7 @@ export const operatorSettings = {
         throw new Error("expected two different ports, `blue,green`");
       return { blue, green };
     },
+    show: ({ blue, green }) => `${blue},${green}`,
   }),
   artifactName: setting({
     key: "operatorArtifactName",
@@ -102,6 +103,8 @@ export const operatorSettings = {
       }
       return value as Record<string, string>;
     },
+    // The doc's own example, DATABASE_URL, carries a password.
+    secret: true,
   }),
   allowHttp: setting({
     key: "operatorAllowHttp",

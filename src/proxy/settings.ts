@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { parse, setting } from "../config.js";
 import { projectRoot } from "../paths.js";
+import { normalizeDomain } from "./domain.js";
 
 /** Where `scripts/fetch-caddy.sh` unpacks Caddy; the embedded default when no admin endpoint is configured. */
 export const fetchedCaddyBinary = join(projectRoot(), ".cache/caddy/usr/bin/caddy");
@@ -35,6 +36,7 @@ export const proxySettings = {
     defaultText: "embedded Caddy",
     default: undefined as CaddyAdminAddress | undefined,
     parse: parseCaddyAdmin,
+    show: (a) => (a === undefined ? "" : a.kind === "unix" ? `unix:${a.socketPath}` : a.url.origin),
   }),
   caddyServer: setting({
     key: "caddyServer",
@@ -87,6 +89,13 @@ export const proxySettings = {
     doc: "The operator's own domain. Its route is managed by the agent alone; the API answers 403 to changes of it and 409 to creating it.",
     defaultText: "none",
     default: undefined as string | undefined,
-    parse: parse.optionalString,
+    // Held as its route id, so a domain that can be no route fails with the other settings, before the start.
+    parse: (raw) => {
+      const s = parse.optionalString(raw);
+      if (s === undefined) return undefined;
+      const id = normalizeDomain(s);
+      if (!id.ok) throw new Error(id.message);
+      return id.domain;
+    },
   }),
 };

@@ -80,6 +80,7 @@ export const systemSettings = {
     defaultText: "systemctl reboot",
     default: ["systemctl", "reboot"],
     parse: (raw) => parse.string({ nonEmpty: true })(raw).split(/\s+/),
+    show: (argv) => argv.join(" "),
   }),
   rebootDelayMs: setting({
     key: "rebootDelayMs",

@@ -67,11 +67,11 @@ test("the agent killed with SIGKILL mid-update finishes or undoes the update whe
     HOSTKEEPER_OPERATOR_STOP_TIMEOUT_MS: "2000",
   };
 
-  /** Runs dist/src/server.js as a child; killed by its PID when the test ends if still running. */
+  /** Runs the agent (`hostkeeper serve`) as a child; killed by its PID when the test ends if still running. */
   const startAgent = async () => {
     const port = await freePort();
     const log = openSync(join(dir, "agent.log"), "a");
-    const child = spawn(process.execPath, [join(projectRoot(), "dist/src/server.js")], {
+    const child = spawn(process.execPath, [join(projectRoot(), "dist/src/cli/main.js"), "serve"], {
       env: { ...env, HOSTKEEPER_LISTEN: `127.0.0.1:${port}` },
       stdio: ["ignore", log, log],
     });

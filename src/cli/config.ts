@@ -1,0 +1,73 @@
+import { configFilePath, type Setting, type SettingOrigin, settingInput } from "../config.js";
+import { settingGroups } from "../settings.js";
+import { loadAgentConfig } from "./agent.js";
+import type { Command } from "./args.js";
+import { print, table } from "./output.js";
+
+const MASK = "[masked]";
+
+/** A secret's value with every string in it masked; an object keeps its keys (which variables are set). */
+function masked(value: unknown): unknown {
+  if (value === undefined) return undefined;
+  if (typeof value === "object" && value !== null && !Array.isArray(value))
+    return Object.fromEntries(Object.keys(value).map((k) => [k, MASK]));
+  return MASK;
+}
+
+/**
+ * A value as written in the environment: lists comma-separated, the rest as JSON unless a string. Nothing
+ * set is said in words: the default's own (`generated`, `embedded Caddy`), else `none`.
+ */
+function shown(s: Setting<unknown>, origin: SettingOrigin, value: unknown): string {
+  if (value === undefined) return origin === "default" ? `(${s.defaultText.replace(/`/g, "")})` : "(none)";
+  if (Array.isArray(value) && value.length === 0) return "(none)";
+  if (s.show && !s.secret) return s.show(value);
+  if (typeof value === "string") return value;
+  if (Array.isArray(value) && value.every((v) => typeof v !== "object")) return value.join(",");
+  return JSON.stringify(value);
+}
+
+const check: Command = {
+  words: ["config", "check"],
+  positionals: { min: 0, max: 0 },
+  summary: "Validate the configuration as the agent does; print each effective value and its source.",
+  details: [
+    "Sources: environment (HOSTKEEPER_*) over the config file (HOSTKEEPER_CONFIG, default",
+    "/etc/hostkeeper/config.json when present) over the default. Secrets (the token, the webhook secret,",
+    "the operator's environment) are masked. Needs no running agent.",
+    "An invalid configuration is refused with the agent's own message and exit code 2, as `serve` does.",
+  ],
+  run: async (inv) => {
+    const { config, source } = loadAgentConfig();
+    const file = configFilePath(source.env) ?? null;
+    const rows: { env: string; key: string; source: string; value: unknown; shown: string }[] = [];
+    for (const [group, settings] of Object.entries(settingGroups)) {
+      const values = (config as unknown as Record<string, Record<string, unknown>>)[group] ?? {};
+      for (const [name, s] of Object.entries(settings as Record<string, Setting<unknown>>)) {
+        const value = s.secret ? masked(values[name]) : values[name];
+        const { origin } = settingInput(s, source);
+        rows.push({ env: s.env, key: s.key, source: origin, value, shown: shown(s, origin, value) });
+      }
+    }
+    if (inv.json) {
+      print(
+        JSON.stringify({
+          valid: true,
+          config_file: file,
+          settings: rows.map(({ env, key, source, value }) => ({ env, key, source, value: value ?? null })),
+        }),
+      );
+      return 0;
+    }
+    print(`configuration is valid; config file: ${file ?? "none"}`);
+    print(
+      table(
+        ["SETTING", "SOURCE", "VALUE"],
+        rows.map((r) => [r.env, r.source, r.shown]),
+      ),
+    );
+    return 0;
+  },
+};
+
+export const configCommands: Command[] = [check];
