@@ -1,18 +1,19 @@
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
-import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { projectRoot } from "../src/paths.js";
 import { freePort } from "./helpers/caddy.js";
-import { httpRequest, startUpstream } from "./helpers/http.js";
+import { httpRequest, startReceiver, startUpstream } from "./helpers/http.js";
 
 interface Agent {
   child: ChildProcess;
   port: number;
   log: () => string;
+  /** Resolves once the agent's output holds `text`; rejects if its output ends first, or after `ms`. */
+  waitForLog: (text: string, ms: number) => Promise<void>;
   exited: Promise<number | null>;
 }
 
@@ -34,12 +35,36 @@ async function startAgent(
     stdio: ["ignore", "pipe", "pipe"],
   });
   let log = "";
-  child.stdout?.on("data", (d: Buffer) => {
+  const onOutput = new Set<() => void>();
+  const append = (d: Buffer) => {
     log += d.toString();
-  });
-  child.stderr?.on("data", (d: Buffer) => {
-    log += d.toString();
-  });
+    for (const check of onOutput) check();
+  };
+  child.stdout?.on("data", append);
+  child.stderr?.on("data", append);
+  // A line the agent wrote may still be on its way through the pipe when the agent answers a request.
+  const waitForLog = (text: string, ms: number) =>
+    new Promise<void>((resolve, reject) => {
+      const finish = (err?: Error) => {
+        clearTimeout(timer);
+        onOutput.delete(check);
+        child.off("close", closed);
+        if (err) reject(err);
+        else resolve();
+      };
+      const check = () => {
+        if (log.includes(text)) finish();
+      };
+      const closed = () =>
+        finish(new Error(`the agent's output ended without ${JSON.stringify(text)}:\n${log}`));
+      const timer = setTimeout(
+        () => finish(new Error(`no ${JSON.stringify(text)} in the agent's output within ${ms} ms:\n${log}`)),
+        ms,
+      );
+      onOutput.add(check);
+      child.once("close", closed);
+      check();
+    });
   const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
   t.after(() => {
     if (child.exitCode === null && child.signalCode === null) process.kill(child.pid as number, "SIGKILL");
@@ -55,7 +80,7 @@ async function startAgent(
     if (Date.now() > end) throw new Error(`agent did not start: ${log}`);
     await new Promise((r) => setTimeout(r, 100));
   }
-  return { child, port, log: () => log, exited };
+  return { child, port, log: () => log, waitForLog, exited };
 }
 
 const alive = (pid: number) => {
@@ -70,7 +95,12 @@ const alive = (pid: number) => {
 test("embedded defaults: generated token, own Caddy that outlives the agent, routes that survive restarts, graceful stop", async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), "hk-server-"));
   const httpPort = await freePort();
-  const env = { HOSTKEEPER_DATA_DIR: dataDir, HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${httpPort}` };
+  const env = {
+    HOSTKEEPER_DATA_DIR: dataDir,
+    HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${httpPort}`,
+    // The request in flight at SIGTERM waits for its callback's answer for as long as the test holds it.
+    HOSTKEEPER_WEBHOOK_FIRST_ATTEMPT_TIMEOUT_MS: "30000",
+  };
   const pidFile = join(dataDir, "caddy", "caddy.pid");
   t.after(() => {
     if (existsSync(pidFile)) {
@@ -84,7 +114,7 @@ test("embedded defaults: generated token, own Caddy that outlives the agent, rou
   const tokenPath = join(dataDir, "token");
   const token = readFileSync(tokenPath, "utf8").trim();
   assert.equal(statSync(tokenPath).mode & 0o777, 0o600);
-  assert.ok(agent.log().includes(tokenPath), "the log names the token file");
+  await agent.waitForLog(tokenPath, 10_000); // the log names the token file
   assert.ok(!agent.log().includes(token), "the log never shows the token");
   assert.equal((await request(agent.port, "GET", "/v1/proxy/routes")).status, 401);
 
@@ -97,24 +127,23 @@ test("embedded defaults: generated token, own Caddy that outlives the agent, rou
   const caddyPid = Number(readFileSync(pidFile, "utf8"));
   assert.ok(alive(caddyPid));
 
-  // SIGTERM while a request is in flight (its callback receiver answers slowly): the request completes.
-  const slowServer = http.createServer((req, res) => {
-    req.resume();
-    setTimeout(() => res.writeHead(200).end(), 1200);
+  // SIGTERM while a request is in flight: the request waits for its callback's first attempt, which the
+  // receiver answers only once the agent has begun to shut down. The request completes all the same.
+  let release = () => {};
+  const shuttingDown = new Promise<void>((r) => {
+    release = r;
   });
-  await new Promise<void>((r) => slowServer.listen(0, "127.0.0.1", r));
-  t.after(() => {
-    slowServer.closeAllConnections();
-    slowServer.close();
-  });
-  const slowPort = (slowServer.address() as { port: number }).port;
+  t.after(() => release());
+  const slow = await startReceiver(t, { hold: () => shuttingDown });
   const inflight = request(agent.port, "POST", "/v1/proxy/routes", token, {
     domain: "inflight.test",
     upstreams: [{ dial: `127.0.0.1:${up.port}` }],
-    callback_url: `http://127.0.0.1:${slowPort}/hook`,
+    callback_url: slow.url,
   });
-  await new Promise((r) => setTimeout(r, 300));
+  await slow.waitFor(1, 10_000);
   process.kill(agent.child.pid as number, "SIGTERM");
+  await agent.waitForLog("shutting down", 10_000);
+  release();
   assert.equal((await inflight).status, 201);
   assert.equal(await agent.exited, 0);
   assert.ok(alive(caddyPid), "Caddy keeps running when the agent stops");

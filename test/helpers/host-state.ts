@@ -1,11 +1,19 @@
 import { createHash } from "node:crypto";
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { homedir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 
 /**
- * The host's own package state, which no test may touch: dpkg's status and log, dnf's and rpm's state
- * and logs, and the reboot flag. A test takes this before and after and compares.
+ * The host's own package state, which no test may touch: dpkg's status and log, apt's history, rpm's
+ * database (Debian's rpm keeps it in ~/.rpmdb), dnf's transaction history and rpm log, and the reboot flag.
+ * A test takes this before and after and compares.
+ *
+ * Left out, because they change while the package state does not (an unrelated rpm or dnf run on the
+ * machine changes them, so comparing them made the check flaky):
+ * - dnf's own logs (dnf.log, dnf.librepo.log, hawkey.log) and its metadata cache (/var/cache/dnf): every dnf
+ *   run writes them, a `dnf check-update` included, and so does a distribution's makecache timer.
+ * - in dnf.rpm.log, the `--- logging initialized ---` line every dnf run appends; the log's transaction
+ *   lines (`Installed: ...`, `Upgrade: ...`) are compared.
  */
 const HOST_PATHS = [
   "/var/lib/dpkg/status",
@@ -13,15 +21,25 @@ const HOST_PATHS = [
   "/var/log/apt/history.log",
   "/run/reboot-required",
   "/var/lib/rpm",
-  "/var/lib/dnf",
-  "/var/cache/dnf",
-  "/var/log/dnf.log",
-  "/var/log/dnf.rpm.log",
-  "/var/log/dnf.librepo.log",
-  "/var/log/hawkey.log",
   join(homedir(), ".rpmdb"),
+  "/var/lib/dnf",
+  "/var/log/dnf.rpm.log",
 ];
 
+/**
+ * Files inside those directories that a reader rewrites, left out for the same reason:
+ * - `*-shm`: SQLite's WAL index (rpmdb.sqlite-shm, dnf's history.sqlite-shm). Every reader, an `rpm -q`
+ *   included, writes its read marks into it; it holds no data, only an index of the `-wal` file, from which
+ *   SQLite rebuilds it. A change of packages is written to the `-wal` and, when rpm closes the database,
+ *   into `rpmdb.sqlite` itself: both are compared.
+ * - `__db.NNN`: the Berkeley DB environment (shared memory regions) of an rpmdb of rpm < 4.16, which every
+ *   reader writes its locks into. The data is in `Packages`, which is compared.
+ */
+const rewrittenByReaders = (name: string) => name.endsWith("-shm") || /^__db\.\d+$/.test(name);
+
+const DNF_RUN_MARKER = /^.* INFO --- logging initialized ---\n/gm;
+
+/** Directories by the names they hold, files by their content: times change on reads, contents do not. */
 function fingerprint(path: string, out: Record<string, string>, depth = 0): void {
   let st: ReturnType<typeof statSync>;
   try {
@@ -31,16 +49,23 @@ function fingerprint(path: string, out: Record<string, string>, depth = 0): void
     return;
   }
   if (st.isDirectory()) {
-    out[path] = `dir ${st.mtimeMs}`;
-    if (depth < 4) for (const e of readdirSync(path).sort()) fingerprint(join(path, e), out, depth + 1);
+    const entries = readdirSync(path)
+      .filter((e) => !rewrittenByReaders(e))
+      .sort();
+    out[path] = `dir: ${entries.join(", ")}`;
+    if (depth < 4) for (const e of entries) fingerprint(join(path, e), out, depth + 1);
     return;
   }
-  const hash = createHash("sha256").update(readFileSync(path)).digest("hex");
-  out[path] = `${st.size} ${st.mtimeMs} ${hash}`;
+  if (rewrittenByReaders(basename(path))) return;
+  let content = readFileSync(path);
+  if (basename(path) === "dnf.rpm.log")
+    content = Buffer.from(content.toString("utf8").replace(DNF_RUN_MARKER, ""));
+  out[path] = `sha256 ${createHash("sha256").update(content).digest("hex")}`;
 }
 
-export function hostPackageState(): Record<string, string> {
+/** The fingerprint of the host's package state, or of `paths` (for a test of this check itself). */
+export function hostPackageState(paths: readonly string[] = HOST_PATHS): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const p of HOST_PATHS) fingerprint(p, out);
+  for (const p of paths) fingerprint(p, out);
   return out;
 }

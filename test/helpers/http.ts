@@ -34,15 +34,23 @@ export interface ReceivedWebhook {
   at: number;
 }
 
+/** A request the receiver got, whatever it answered, with the status it answered. */
+export interface ReceiverRequest extends ReceivedWebhook {
+  status: number;
+}
+
 /**
- * A loopback callback receiver; `status` decides the answer for each request. A callback is recorded as soon
- * as its body is in; when `hold` returns a promise for it, the answer waits for that promise (so a test can
- * stop the sender between the receiver having a callback and the sender learning it arrived).
+ * A loopback callback receiver; `status` decides the answer for each request (by its number, or by what it
+ * carries) and `headers` the answer's headers. A callback is recorded as soon as its body is in: in
+ * `requests` whatever the answer, in `received` when the answer is a 2xx. When `hold` returns a promise for
+ * a 2xx callback, the answer waits for that promise (so a test can stop the sender between the receiver
+ * having a callback and the sender learning it arrived).
  */
 export async function startReceiver(
   t: After,
   opts: {
-    status?: (n: number) => number;
+    status?: (n: number, w: ReceivedWebhook) => number;
+    headers?: (n: number) => Record<string, string>;
     port?: number;
     hold?: (w: ReceivedWebhook) => Promise<unknown> | undefined;
   } = {},
@@ -50,25 +58,30 @@ export async function startReceiver(
   url: string;
   port: number;
   received: ReceivedWebhook[];
+  requests: ReceiverRequest[];
   close: () => Promise<void>;
   waitFor: (n: number, ms: number) => Promise<void>;
+  waitForRequests: (n: number, ms: number) => Promise<void>;
 }> {
   const received: ReceivedWebhook[] = [];
+  const requests: ReceiverRequest[] = [];
   let n = 0;
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", async () => {
-      const status = opts.status ? opts.status(n++) : 200;
+      const i = n++;
       const body = Buffer.concat(chunks).toString("utf8");
+      const w = { headers: req.headers, body, json: JSON.parse(body), at: Date.now() };
+      const status = opts.status ? opts.status(i, w) : 200;
+      requests.push({ ...w, status });
       let held: Promise<unknown> | undefined;
       if (status >= 200 && status < 300) {
-        const w = { headers: req.headers, body, json: JSON.parse(body), at: Date.now() };
         received.push(w);
         held = opts.hold?.(w);
       }
       if (held) await held;
-      res.writeHead(status).end();
+      res.writeHead(status, opts.headers?.(i) ?? {}).end();
     });
   });
   await new Promise<void>((r) => server.listen(opts.port ?? 0, "127.0.0.1", r));
@@ -79,19 +92,21 @@ export async function startReceiver(
     });
   t.after(() => (server.listening ? close() : undefined));
   const port = (server.address() as AddressInfo).port;
+  const waitUntil = async (list: unknown[], what: string, count: number, ms: number) => {
+    const end = Date.now() + ms;
+    while (list.length < count) {
+      if (Date.now() > end) throw new Error(`expected ${count} ${what} within ${ms} ms, got ${list.length}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  };
   return {
     url: `http://127.0.0.1:${port}/hook`,
     port,
     received,
+    requests,
     close,
-    waitFor: async (count, ms) => {
-      const end = Date.now() + ms;
-      while (received.length < count) {
-        if (Date.now() > end)
-          throw new Error(`expected ${count} callbacks within ${ms} ms, got ${received.length}`);
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    },
+    waitFor: (count, ms) => waitUntil(received, "callbacks", count, ms),
+    waitForRequests: (count, ms) => waitUntil(requests, "requests", count, ms),
   };
 }
 

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { after, before, describe, test } from "node:test";
 import { buildTestApp, TEST_SECRET } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver, startUpstream, verifyStandardWebhook, viaProxy } from "../helpers/http.js";
@@ -284,172 +284,242 @@ test("a receiver holding its answer delays no change, only the answer of the req
   assert.deepEqual(ev, [{ state: "delivered", attempts: 1 }]);
 });
 
-test("problems: 401, 400 (naming fields), 403, 404, 409, 413, 415", async (t) => {
-  const { app, call } = await setup(t, { HOSTKEEPER_BODY_LIMIT: "1024" });
-  const up = await startUpstream(t, "u");
-  const problem = (
-    res: { statusCode: number; headers: Record<string, unknown>; json: () => Record<string, unknown> },
-    status: number,
-    code: string,
-  ) => {
-    assert.equal(res.statusCode, status);
-    assert.match(String(res.headers["content-type"]), /^application\/problem\+json/);
-    const b = res.json();
-    assert.equal(b.status, status);
-    assert.equal(b.code, code);
-    assert.equal(b.type, `urn:hostkeeper:problem:${code}`);
-    assert.equal(typeof b.title, "string");
-    assert.equal(typeof b.detail, "string");
-    assert.doesNotMatch(JSON.stringify(b), /at .*\.js:\d+|\/work\/|node_modules/);
-    return b;
-  };
-  problem(await app.inject({ method: "GET", url: "/v1/proxy/routes" }), 401, "unauthorized");
-  problem(
-    await app.inject({
-      method: "GET",
-      url: "/v1/proxy/routes",
-      headers: { authorization: "Bearer wrong-token-wrong-token" },
-    }),
-    401,
-    "unauthorized",
-  );
+type InjectedResponse = {
+  statusCode: number;
+  headers: Record<string, unknown>;
+  body: string;
+  json: () => Record<string, unknown>;
+};
 
-  let b = problem(
-    await call({
-      method: "POST",
-      url: "/v1/proxy/routes",
-      payload: { domain: "x.test", upstreams: [{ dial: "nonsense" }], extra: 1 },
-    }),
-    400,
-    "validation_failed",
-  );
-  assert.deepEqual(
-    (b.errors as { field: string }[]).map((e) => e.field),
-    ["body.extra"],
-  );
-  b = problem(
-    await call({ method: "POST", url: "/v1/proxy/routes", payload: { upstreams: [], strategy: "random" } }),
-    400,
-    "validation_failed",
-  );
-  const fields = (b.errors as { field: string }[]).map((e) => e.field).sort();
-  assert.ok(
-    fields.includes("body.domain") && fields.includes("body.upstreams") && fields.includes("body.strategy"),
-    fields.join(),
-  );
-  b = problem(
-    await call({
-      method: "POST",
-      url: "/v1/proxy/routes",
-      payload: { domain: "x.test", upstreams: [{ dial: "127.0.0.1:0" }, { dial: "host", weight: 2 }] },
-    }),
-    400,
-    "validation_failed",
-  );
-  assert.deepEqual(
-    (b.errors as { field: string }[]).map((e) => e.field),
-    ["body.upstreams[0].dial", "body.upstreams[1].dial", "body.upstreams[1].weight"],
-  );
-  b = problem(
-    await call({
-      method: "POST",
-      url: "/v1/proxy/routes",
-      payload: {
-        domain: "x.test",
-        strategy: "weighted_round_robin",
-        upstreams: [{ dial: "127.0.0.1:1", weight: 0 }],
-      },
-    }),
-    400,
-    "validation_failed",
-  );
-  assert.match(String(b.detail), /sum to more than 0/);
-  problem(
-    await call({
-      method: "POST",
-      url: "/v1/proxy/routes",
-      payload: route("x.test", [up.port], { callback_url: "ftp://x" }),
-    }),
-    400,
-    "validation_failed",
-  );
-  problem(
-    await call({
-      method: "POST",
-      url: "/v1/proxy/routes",
-      payload: route("x.test", [up.port], { callback_url: "http://169.254.169.254/latest" }),
-    }),
-    400,
-    "validation_failed",
-  );
-  problem(
-    await call({
-      method: "POST",
-      url: "/v1/proxy/routes",
-      payload: "{not json",
-      headers: { "content-type": "application/json" },
-    }),
-    400,
-    "malformed_body",
-  );
-  problem(
-    await call({
-      method: "POST",
-      url: "/v1/proxy/routes",
-      payload: "domain=x",
-      headers: { "content-type": "text/plain" },
-    }),
-    415,
-    "unsupported_media_type",
-  );
-  problem(
-    await call({
-      method: "POST",
-      url: "/v1/proxy/routes",
-      payload: route(`${"a".repeat(60)}.test`, Array(64).fill(up.port)),
-    }),
-    413,
-    "payload_too_large",
-  );
+/** Asserts an RFC 9457 problem with this status and code, and no stack or path in it; returns its body. */
+function problem(res: InjectedResponse, status: number, code: string) {
+  assert.equal(res.statusCode, status, res.body);
+  assert.match(String(res.headers["content-type"]), /^application\/problem\+json/);
+  const b = res.json();
+  assert.equal(b.status, status);
+  assert.equal(b.code, code);
+  assert.equal(b.type, `urn:hostkeeper:problem:${code}`);
+  assert.equal(typeof b.title, "string");
+  assert.equal(typeof b.detail, "string");
+  assert.doesNotMatch(JSON.stringify(b), /at .*\.js:\d+|\/work\/|node_modules/);
+  return b;
+}
 
-  assert.equal(
-    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("dup.test", [up.port]) }))
-      .statusCode,
-    201,
-  );
-  problem(
-    await call({ method: "POST", url: "/v1/proxy/routes", payload: route("DUP.test.", [up.port]) }),
-    409,
-    "route_exists",
-  );
-  problem(
-    await call({ method: "POST", url: "/v1/proxy/routes", payload: route(OPERATOR, [up.port]) }),
-    409,
-    "route_exists",
-  );
-  problem(
-    await call({ method: "PUT", url: `/v1/proxy/routes/${OPERATOR}`, payload: route(OPERATOR, [up.port]) }),
-    403,
-    "operator_route_immutable",
-  );
-  problem(
-    await call({ method: "DELETE", url: `/v1/proxy/routes/${OPERATOR}` }),
-    403,
-    "operator_route_immutable",
-  );
-  problem(
-    await call({ method: "PUT", url: "/v1/proxy/routes/nope.test", payload: route("nope.test", [up.port]) }),
-    404,
-    "route_not_found",
-  );
-  problem(await call({ method: "DELETE", url: "/v1/proxy/routes/nope.test" }), 404, "route_not_found");
-  b = problem(
-    await call({ method: "PUT", url: "/v1/proxy/routes/dup.test", payload: route("other.test", [up.port]) }),
-    400,
-    "validation_failed",
-  );
-  assert.match(String(b.detail), /other\.test/);
-  problem(await call({ method: "GET", url: "/v1/nothing-here" }), 404, "not_found");
+const fieldsOf = (b: Record<string, unknown>) => (b.errors as { field: string }[]).map((e) => e.field);
+
+// One agent and Caddy for all the cases (each only asks; none changes a route), so that each case is a
+// test of its own and fails for its own reason.
+describe("problems: 401, 400 (naming fields), 403, 404, 409, 413, 415", () => {
+  const cleanups: (() => unknown)[] = [];
+  const suite = { after: (fn: () => unknown) => cleanups.push(fn) };
+  after(async () => {
+    for (const fn of cleanups.reverse()) await fn();
+  });
+  let h: Awaited<ReturnType<typeof setup>>;
+  let upPort: number;
+  const call = (opts: Parameters<typeof h.call>[0]) => h.call(opts);
+  before(async () => {
+    h = await setup(suite, { HOSTKEEPER_BODY_LIMIT: "1024" });
+    upPort = (await startUpstream(suite, "u")).port;
+    // An existing route, for the cases about one.
+    const dup = await call({ method: "POST", url: "/v1/proxy/routes", payload: route("dup.test", [upPort]) });
+    assert.equal(dup.statusCode, 201, dup.body);
+  });
+
+  test("401 without a token", async () => {
+    problem(await h.app.inject({ method: "GET", url: "/v1/proxy/routes" }), 401, "unauthorized");
+  });
+
+  test("401 with a wrong token", async () => {
+    problem(
+      await h.app.inject({
+        method: "GET",
+        url: "/v1/proxy/routes",
+        headers: { authorization: "Bearer wrong-token-wrong-token" },
+      }),
+      401,
+      "unauthorized",
+    );
+  });
+
+  test("400 names an unknown field, and only it", async () => {
+    const b = problem(
+      await call({
+        method: "POST",
+        url: "/v1/proxy/routes",
+        payload: { domain: "x.test", upstreams: [{ dial: "nonsense" }], extra: 1 },
+      }),
+      400,
+      "validation_failed",
+    );
+    assert.deepEqual(fieldsOf(b), ["body.extra"]);
+  });
+
+  test("400 names a missing domain, empty upstreams and an unknown strategy together", async () => {
+    const b = problem(
+      await call({ method: "POST", url: "/v1/proxy/routes", payload: { upstreams: [], strategy: "random" } }),
+      400,
+      "validation_failed",
+    );
+    const fields = fieldsOf(b).sort();
+    assert.ok(
+      fields.includes("body.domain") && fields.includes("body.upstreams") && fields.includes("body.strategy"),
+      fields.join(),
+    );
+  });
+
+  test("400 names each bad upstream dial and weight by its index", async () => {
+    const b = problem(
+      await call({
+        method: "POST",
+        url: "/v1/proxy/routes",
+        payload: { domain: "x.test", upstreams: [{ dial: "127.0.0.1:0" }, { dial: "host", weight: 2 }] },
+      }),
+      400,
+      "validation_failed",
+    );
+    assert.deepEqual(fieldsOf(b), [
+      "body.upstreams[0].dial",
+      "body.upstreams[1].dial",
+      "body.upstreams[1].weight",
+    ]);
+  });
+
+  test("400 for weighted_round_robin weights that sum to 0", async () => {
+    const b = problem(
+      await call({
+        method: "POST",
+        url: "/v1/proxy/routes",
+        payload: {
+          domain: "x.test",
+          strategy: "weighted_round_robin",
+          upstreams: [{ dial: "127.0.0.1:1", weight: 0 }],
+        },
+      }),
+      400,
+      "validation_failed",
+    );
+    assert.match(String(b.detail), /sum to more than 0/);
+  });
+
+  test("400 for a callback_url that is not http(s)", async () => {
+    problem(
+      await call({
+        method: "POST",
+        url: "/v1/proxy/routes",
+        payload: route("x.test", [upPort], { callback_url: "ftp://x" }),
+      }),
+      400,
+      "validation_failed",
+    );
+  });
+
+  test("400 for a callback_url at a denied address (cloud metadata)", async () => {
+    problem(
+      await call({
+        method: "POST",
+        url: "/v1/proxy/routes",
+        payload: route("x.test", [upPort], { callback_url: "http://169.254.169.254/latest" }),
+      }),
+      400,
+      "validation_failed",
+    );
+  });
+
+  test("400 malformed_body for JSON that does not parse", async () => {
+    problem(
+      await call({
+        method: "POST",
+        url: "/v1/proxy/routes",
+        payload: "{not json",
+        headers: { "content-type": "application/json" },
+      }),
+      400,
+      "malformed_body",
+    );
+  });
+
+  test("415 for a body that is not JSON", async () => {
+    problem(
+      await call({
+        method: "POST",
+        url: "/v1/proxy/routes",
+        payload: "domain=x",
+        headers: { "content-type": "text/plain" },
+      }),
+      415,
+      "unsupported_media_type",
+    );
+  });
+
+  test("413 for a body over the limit", async () => {
+    problem(
+      await call({
+        method: "POST",
+        url: "/v1/proxy/routes",
+        payload: route(`${"a".repeat(60)}.test`, Array(64).fill(upPort)),
+      }),
+      413,
+      "payload_too_large",
+    );
+  });
+
+  test("409 for a domain that derives to an existing route's id", async () => {
+    problem(
+      await call({ method: "POST", url: "/v1/proxy/routes", payload: route("DUP.test.", [upPort]) }),
+      409,
+      "route_exists",
+    );
+  });
+
+  test("409 for a create of the operator's domain", async () => {
+    problem(
+      await call({ method: "POST", url: "/v1/proxy/routes", payload: route(OPERATOR, [upPort]) }),
+      409,
+      "route_exists",
+    );
+  });
+
+  test("403 for a replace of the operator's route", async () => {
+    problem(
+      await call({ method: "PUT", url: `/v1/proxy/routes/${OPERATOR}`, payload: route(OPERATOR, [upPort]) }),
+      403,
+      "operator_route_immutable",
+    );
+  });
+
+  test("403 for a delete of the operator's route", async () => {
+    problem(
+      await call({ method: "DELETE", url: `/v1/proxy/routes/${OPERATOR}` }),
+      403,
+      "operator_route_immutable",
+    );
+  });
+
+  test("404 for a replace of a route that does not exist", async () => {
+    problem(
+      await call({ method: "PUT", url: "/v1/proxy/routes/nope.test", payload: route("nope.test", [upPort]) }),
+      404,
+      "route_not_found",
+    );
+  });
+
+  test("404 for a delete of a route that does not exist", async () => {
+    problem(await call({ method: "DELETE", url: "/v1/proxy/routes/nope.test" }), 404, "route_not_found");
+  });
+
+  test("400 for a replace whose domain derives to another id, naming it", async () => {
+    const b = problem(
+      await call({ method: "PUT", url: "/v1/proxy/routes/dup.test", payload: route("other.test", [upPort]) }),
+      400,
+      "validation_failed",
+    );
+    assert.match(String(b.detail), /other\.test/);
+  });
+
+  test("404 not_found for a path that is no route of the API", async () => {
+    problem(await call({ method: "GET", url: "/v1/nothing-here" }), 404, "not_found");
+  });
 });
 
 test("an id used elsewhere in Caddy's config is a conflict", async (t) => {

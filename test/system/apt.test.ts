@@ -293,7 +293,16 @@ test("check and apply are serialized: a check waits for the running apply, which
     url: "/v1/system/apply-updates",
     payload: { update_type: "security" },
   }).then(finished("apply"));
-  await sleep(200);
+  // The apply records itself as running in the same step as it takes the agent's lock: the check comes after.
+  const applyUnderWay = async () =>
+    (await call({ method: "GET", url: "/v1/system/apply-history" }))
+      .json()
+      .applies.some((a: { outcome: string }) => a.outcome === "running");
+  const end = Date.now() + 10_000;
+  while (!(await applyUnderWay())) {
+    assert.ok(Date.now() < end, "no apply under way within 10 s");
+    await sleep(20);
+  }
   const check = call({ method: "POST", url: "/v1/system/check-updates" }).then(finished("check"));
   await sleep(600);
   assert.deepEqual(done, [], "the apply waits for the dpkg lock, the check for the apply");
