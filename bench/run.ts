@@ -12,8 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { projectRoot } from "../src/paths.js";
 import { fetchedCaddyBinary } from "../src/proxy/settings.js";
-import { freePort } from "../test/helpers/caddy.js";
-import { httpRequest } from "../test/helpers/http.js";
+import { freePort, httpRequest } from "../support/loopback.js";
 
 const TOKEN = "bench-token-0123456789abcdef";
 const SIZES = (process.env.BENCH_SIZES ?? "1000,5000").split(",").map(Number);

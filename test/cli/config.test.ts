@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { allSettings } from "../../src/settings.js";
-import { freePort } from "../helpers/caddy.js";
+import { freePort } from "../../support/loopback.js";
 import { runCli } from "./support.js";
 
 const TOKEN = "cli-config-token-0123456789";

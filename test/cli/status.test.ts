@@ -3,7 +3,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, test } from "node:test";
 import { packageVersion } from "../../src/paths.js";
-import { freePort } from "../helpers/caddy.js";
+import { freePort } from "../../support/loopback.js";
 import { runCli, startCliAgent } from "./support.js";
 
 const lines = (text: string) =>
