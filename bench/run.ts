@@ -124,7 +124,7 @@ async function main() {
   const rawCaddy = await startCaddy("raw-caddy");
   const adminPort = rawCaddy.adminPort;
   const agentPort = await freePort();
-  // The agent runs exactly as `npm start` runs it (same node flags), minus the compile step.
+  // The agent runs exactly as `npm start` runs it: scripts/start, on the pinned Node with the same flags.
   const pkg = JSON.parse(readFileSync(join(projectRoot(), "package.json"), "utf8")) as {
     scripts: { start: string };
   };
