@@ -5,6 +5,9 @@ import type { App } from "../http/types.js";
 import { RouteIdParamsSchema, type RouteWriteRequest } from "./schemas.js";
 import type { RouteService } from "./service.js";
 
+/** Where a route is read: the `Location` of a create. */
+export const routeLocation = (id: string) => `/v1/proxy/routes/${encodeURIComponent(id)}`;
+
 const RouteRef = Type.Ref("Route");
 /** What replace and delete can answer besides success. */
 const changeProblems = problemResponses(
@@ -52,7 +55,15 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
           "Creates a reverse-proxy route for `domain`. The route `@id` is the normalised domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
         body: Type.Ref("RouteWriteRequest"),
         response: {
-          201: jsonContent(RouteRef, "The route as written to Caddy."),
+          201: {
+            ...jsonContent(RouteRef, "The route as written to Caddy."),
+            headers: {
+              location: {
+                type: "string",
+                description: "Where the route is read: `/v1/proxy/routes/{route_id}`.",
+              },
+            },
+          },
           ...problemResponses(
             "validation_failed",
             "malformed_body",
@@ -67,8 +78,30 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
     },
     async (request, reply) => {
       const route = await service.create(request.body);
-      return reply.code(201).send(route);
+      return reply
+        .code(201)
+        .header("location", routeLocation(String(route["@id"])))
+        .send(route);
     },
+  );
+
+  app.get<{ Params: { route_id: string } }>(
+    "/v1/proxy/routes/:route_id",
+    {
+      schema: {
+        tags: ["proxy"],
+        operationId: "getRoute",
+        summary: "Get one route",
+        description:
+          "The route `route_id` of the managed server, as Caddy holds it now (a route the agent did not create included).",
+        params: RouteIdParamsSchema,
+        response: {
+          200: jsonContent(RouteRef, "The route."),
+          ...problemResponses("route_not_found", "proxy_unavailable"),
+        },
+      },
+    },
+    async (request) => service.get(request.params.route_id),
   );
 
   app.put<{ Body: RouteWriteRequest; Params: { route_id: string } }>(

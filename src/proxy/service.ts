@@ -171,6 +171,14 @@ export class RouteService {
     }
   }
 
+  /** One route of the managed server, read from Caddy now. */
+  async get(routeId: string): Promise<RouteJson> {
+    const routes = JSON.parse(await this.listText()) as RouteJson[];
+    const route = routes.find((r) => r["@id"] === routeId);
+    if (!route) throw new ApiError("route_not_found", `the managed server has no route with @id ${routeId}`);
+    return route;
+  }
+
   async create(body: RouteWriteRequest): Promise<RouteJson> {
     const { id, route } = buildRoute(body, this.o.deny);
     if (id === this.o.operatorRouteId)
