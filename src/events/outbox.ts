@@ -164,7 +164,11 @@ export class Outbox {
     if (!this.mayStart(ev)) return false;
     const attempt = this.attemptLogged(ev, timeoutMs);
     this.firstAttempts.add(attempt);
-    void attempt.then(() => this.firstAttempts.delete(attempt));
+    void attempt.then(() => {
+      this.firstAttempts.delete(attempt);
+      // Later events of its key may have been written meanwhile and wait for this one: the worker takes them.
+      if (ev.ordering_key) this.schedule(0);
+    });
     return attempt;
   }
 
