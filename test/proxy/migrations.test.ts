@@ -7,9 +7,9 @@ import { outboxMigrations } from "../../src/events/outbox.js";
 import { proxyMigrations } from "../../src/proxy/service.js";
 import { openDatabase } from "../../src/store/db.js";
 
-// A database written by an agent before the history and restore migration, opened by this one.
+// A database written by an agent before the history and restore migrations, opened by this one.
 
-test("route changes recorded before the upgrade keep their ids and gain the new columns", (t) => {
+test("route changes and events recorded before the upgrade keep their ids and gain the new columns", (t) => {
   const dir = mkdtempSync(join(tmpdir(), "hk-migrate-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const [outbox1] = outboxMigrations;
@@ -26,6 +26,12 @@ test("route changes recorded before the upgrade keep their ids and gain the new 
   // The newest row was removed by hand: its id must still never be given again.
   insert.run("create", null, '{"@id":"m.test"}', null);
   older.prepare("DELETE FROM route_changes WHERE id = 3").run();
+  older
+    .prepare(
+      `INSERT INTO outbox_events (id, type, url, payload, state, attempts, next_attempt_at, created_at)
+       VALUES ('msg_a', 'route_backup', 'http://127.0.0.1:9/', '{}', 'dead', 10, 0, '2026-01-01T00:00:00.000Z')`,
+    )
+    .run();
   older.close();
 
   const db = openDatabase(dir, [...outboxMigrations, ...proxyMigrations]);
@@ -48,4 +54,7 @@ test("route changes recorded before the upgrade keep their ids and gain the new 
     db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'route_changes'").all(),
     [{ name: "route_changes_route" }],
   );
+  assert.deepEqual(db.prepare("SELECT schedule_offset, redelivered_at FROM outbox_events").all(), [
+    { schedule_offset: 0, redelivered_at: null },
+  ]);
 });
