@@ -4,6 +4,7 @@ import Fastify, { type FastifyBaseLogger } from "fastify";
 import type { Logger } from "pino";
 import { DenyList } from "./events/egress.js";
 import { Outbox, outboxMigrations } from "./events/outbox.js";
+import { registerEventRoutes } from "./events/routes.js";
 import { bearerTokenCheck, registerBearerAuth } from "./http/auth.js";
 import {
   answerExpectations,
@@ -171,6 +172,7 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   registerProxyRoutes(app, routes);
   registerSystemRoutes(app, systemService);
   registerOperatorRoutes(app, operator);
+  registerEventRoutes(app, outbox);
 
   app.addHook("onReady", async () => {
     outbox.start();

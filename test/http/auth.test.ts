@@ -150,7 +150,7 @@ describe("with the token, what the router cannot serve is a problem", () => {
       requestText("PATCH", "/v1/proxy/routes/example.test", { headers: auth }),
     );
     assert.equal(res.status, 405, res.body);
-    assert.equal(res.headers.allow, "DELETE, PUT");
+    assert.equal(res.headers.allow, "DELETE, GET, HEAD, PUT");
     assert.equal(JSON.parse(res.body).code, "method_not_allowed");
 
     res = await rawRequest(agent.port, requestText("DELETE", "/v1/proxy/routes", { headers: auth }));
