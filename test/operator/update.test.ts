@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { processStartTime } from "../../src/operator/instances.js";
+import { processStartTime } from "../../src/util/processes.js";
 import { freePort } from "../../support/loopback.js";
 import { buildTestApp, TEST_SECRET } from "../helpers/app.js";
 import { startArtifactServer } from "../helpers/artifact-servers.js";
