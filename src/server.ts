@@ -2,6 +2,7 @@ import pino from "pino";
 import { buildApp } from "./app.js";
 import { EmbeddedCaddy } from "./proxy/embedded-caddy.js";
 import { loadConfigFromProcess } from "./settings.js";
+import { prepareDataDir } from "./store/data-dir.js";
 
 /**
  * The agent's process, what `hostkeeper serve` runs: configuration, the embedded Caddy (started or adopted,
@@ -17,6 +18,7 @@ export async function serve(): Promise<void> {
   // Secrets stay out of the environment of every child the agent starts (Caddy, package managers, operator).
   delete process.env.HOSTKEEPER_TOKEN;
   delete process.env.HOSTKEEPER_WEBHOOK_SECRET;
+  prepareDataDir(config.agent.dataDir);
 
   let embeddedCaddy: EmbeddedCaddy | undefined;
   if (!config.proxy.caddyAdmin) {
