@@ -24,6 +24,8 @@ export interface TestCaddyOptions {
   withServer?: boolean;
   /** Extra top-level config; `apps` entries are added beside the pre-made http app. */
   extra?: Record<string, unknown>;
+  /** Port of the pre-made server; by default a free one. */
+  httpPort?: number;
 }
 
 /**
@@ -62,7 +64,7 @@ export async function startCaddy(
 ): Promise<TestCaddy> {
   const dir = mkdtempSync(join(tmpdir(), "hk-caddy-"));
   const adminPort = await freePort();
-  const httpPort = await freePort();
+  const httpPort = opts.httpPort ?? (await freePort());
   const { apps: extraApps, ...extraTop } = opts.extra ?? {};
   const apps: Record<string, unknown> = {
     ...(opts.withServer === false
