@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { startUpstream } from "../helpers/http.js";
 import { alive, caddyPid, request, startAgent, stopAgent } from "../helpers/serve.js";
-import { agentStatus, embeddedEnv, readyz, TOKEN, waitFor } from "./support.js";
+import { waitFor } from "../helpers/wait.js";
+import { agentStatus, embeddedEnv, readyz, TOKEN } from "./support.js";
 
 /**
  * Kills the embedded Caddy by its PID and waits until the agent has another one ready; returns both PIDs

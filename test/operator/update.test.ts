@@ -10,7 +10,8 @@ import { startArtifactServer } from "../helpers/artifact-servers.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver, verifyStandardWebhook, viaProxy } from "../helpers/http.js";
 import { makeTestCa } from "../helpers/tls.js";
-import { fakeArtifact, instanceReaper, publish, startLoad, waitFor } from "./support.js";
+import { waitFor } from "../helpers/wait.js";
+import { fakeArtifact, instanceReaper, publish, startLoad } from "./support.js";
 
 const DOMAIN = "operator.test";
 const FINAL = ["completed", "failed", "rolled_back"];
