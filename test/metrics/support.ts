@@ -50,7 +50,7 @@ export function parseExposition(text: string): { samples: Sample[]; types: Map<s
 }
 
 /** The agent's metrics now, parsed; asserts the answer is the exposition format. */
-export async function scrape(h: TestApp): Promise<Sample[]> {
+export async function scrape(h: Pick<TestApp, "call">): Promise<Sample[]> {
   const r = await h.call({ method: "GET", url: "/metrics" });
   assert.equal(r.statusCode, 200, r.body);
   assert.match(String(r.headers["content-type"]), /^text\/plain; version=0\.0\.4/);
