@@ -588,7 +588,9 @@ export class RouteService {
       outcome,
       batch_size: result.batchSize,
       duration_ms: Math.round(ms * 10) / 10,
-      ...(result.ok ? {} : { error: "message" in result.failure ? result.failure.message : result.failure.kind }),
+      ...(result.ok
+        ? {}
+        : { error: "message" in result.failure ? result.failure.message : result.failure.kind }),
     };
     const line = `route ${about.route_id}: ${about.operation} ${outcome}`;
     if (result.ok || outcome === "refused") this.o.log.info(fields, line);
