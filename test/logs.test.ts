@@ -21,11 +21,11 @@ function lines(agent: ServedAgent): Line[] {
     .split("\n")
     .filter((l) => l !== "")
     .map((l) => {
-      try {
-        return JSON.parse(l) as Line;
-      } catch {
-        assert.fail(`a log line that is not JSON: ${l}`);
-      }
+      let line: Line | undefined;
+      assert.doesNotThrow(() => {
+        line = JSON.parse(l) as Line;
+      }, `a log line that is not JSON: ${l}`);
+      return line as Line;
     });
 }
 
