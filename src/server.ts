@@ -51,7 +51,6 @@ export async function serve(): Promise<void> {
     app.addHook("preClose", () => caddy.close());
   }
   await app.listen({ host: config.agent.listen.host, port: config.agent.listen.port });
-  await logStart(logger, app.server.address() as AddressInfo, config.proxy, embeddedCaddy);
 
   let closing = false;
   const shutdown = (signal: string) => {
@@ -73,6 +72,8 @@ export async function serve(): Promise<void> {
   };
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));
+  // After the handlers: a stop that comes while Caddy is asked its version is a graceful one.
+  await logStart(logger, app.server.address() as AddressInfo, config.proxy, embeddedCaddy);
 }
 
 const showAdmin = (a: CaddyAdminAddress) => (a.kind === "unix" ? `unix:${a.socketPath}` : a.url.origin);

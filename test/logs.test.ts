@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -198,5 +199,46 @@ test("HOSTKEEPER_LOG_FORMAT=pretty: lines for people, with ISO times", async (t)
   assert.throws(() => JSON.parse(start));
   assert.match(start, /^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] INFO/);
   assert.ok(start.includes("external Caddy (version unknown)"), start);
+  assert.equal(await stopAgent(agent), 0);
+});
+
+/** A GET to the embedded Caddy's admin socket; Caddy logs each such request, its URI included. */
+const adminGet = (socketPath: string, path: string) =>
+  new Promise<void>((resolve, reject) => {
+    // Caddy's error answer repeats the path in a header.
+    const opts = { socketPath, path, method: "GET", headers: { host: "localhost" }, maxHeaderSize: 1 << 20 };
+    const req = http.request(opts, (res) => {
+      res.resume();
+      res.on("end", resolve);
+    });
+    req.on("error", reject);
+    req.end();
+  });
+
+test("the embedded Caddy rolls its log at the configured size and keeps the configured number", async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), "hk-logs-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const agent = await startAgent(t, {
+    HOSTKEEPER_DATA_DIR: dataDir,
+    HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${await freePort()}`,
+    HOSTKEEPER_TOKEN: TOKEN,
+    HOSTKEEPER_CADDY_LOG_ROLL_SIZE_MB: "1",
+    HOSTKEEPER_CADDY_LOG_ROLL_KEEP: "1",
+  });
+  const caddyDir = join(dataDir, "caddy");
+  // About 3 MiB of Caddy's own log lines: 48 admin requests with a 64 KiB path each.
+  const long = `/config/${"x".repeat(64 * 1024)}`;
+  for (let i = 0; i < 48; i++) await adminGet(join(caddyDir, "admin.sock"), long);
+  const rolled = () => readdirSync(caddyDir).filter((f) => /^caddy-.+\.log(\.gz)?$/.test(f));
+  // Caddy compresses and removes old rolled files in the background.
+  const end = Date.now() + 10_000;
+  while (Date.now() < end && !(rolled().length === 1 && rolled()[0]?.endsWith(".gz")))
+    await new Promise((r) => setTimeout(r, 100));
+  assert.deepEqual(
+    rolled().map((f) => f.endsWith(".gz")),
+    [true],
+    `one gzipped rolled file: ${readdirSync(caddyDir).join(", ")}`,
+  );
+  assert.ok(statSync(join(caddyDir, "caddy.log")).size <= 1024 * 1024 + 70 * 1024);
   assert.equal(await stopAgent(agent), 0);
 });
