@@ -18,6 +18,7 @@ import {
   trackRoutes,
 } from "./http/edge.js";
 import { registerOpenApi } from "./http/openapi.js";
+import { echoRequestId, genReqId } from "./http/request-id.js";
 import type { App } from "./http/types.js";
 import { Metrics } from "./metrics/metrics.js";
 import { registerMetricsRoutes } from "./metrics/routes.js";
@@ -109,6 +110,7 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     // Node would answer a missing Host itself, in plain text; the edge's hook answers it as a problem.
     http: { requireHostHeader: false },
     loggerInstance: logger as FastifyBaseLogger,
+    genReqId,
     bodyLimit: agent.bodyLimit,
     requestTimeout: agent.requestTimeoutMs,
     return503OnClosing: true,
@@ -182,8 +184,9 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
   const table = new RouteTable();
   trackRoutes(app, table);
   app.decorate("registeredRoutes", () => table.routes());
-  // The first hooks of the root scope: a request without Host is refused as unreadable, then the token is
-  // checked before anything else runs, for every route.
+  // The first hooks of the root scope: the request's id is echoed, a request without Host is refused as
+  // unreadable, then the token is checked before anything else runs, for every route.
+  echoRequestId(app);
   registerProblemHandlers(app, table, [systemProblem]);
   answerExpectations(app, check);
   registerBearerAuth(app, check);

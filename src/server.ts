@@ -1,7 +1,12 @@
-import pino from "pino";
+import type { AddressInfo } from "node:net";
+import type { Logger } from "pino";
 import { buildApp } from "./app.js";
+import { currentPrivileges, rootlessFailures, unknownEnvWarnings } from "./config-warnings.js";
+import { createLogger } from "./logging.js";
+import { packageVersion } from "./paths.js";
 import { EmbeddedCaddy } from "./proxy/embedded-caddy.js";
-import { loadConfigFromProcess } from "./settings.js";
+import type { CaddyAdminAddress } from "./proxy/settings.js";
+import { allSettings, loadConfigFromProcess } from "./settings.js";
 import { prepareDataDir } from "./store/data-dir.js";
 
 /**
@@ -11,10 +16,14 @@ import { prepareDataDir } from "./store/data-dir.js";
  */
 export async function serve(): Promise<void> {
   const config = loadConfigFromProcess();
-  const logger = pino({
-    level: config.agent.logLevel,
-    redact: { paths: ["req.headers.authorization", "token", "secret"], censor: "[redacted]" },
-  });
+  const logger = await createLogger({ level: config.agent.logLevel, format: config.agent.logFormat });
+  for (const warning of unknownEnvWarnings(process.env, allSettings())) logger.warn(warning);
+  const failing = rootlessFailures(config, currentPrivileges());
+  if (failing.length > 0)
+    logger.warn(
+      { features: failing },
+      `not running as root: these will fail: ${failing.join("; ")}. See the README's "What needs root"`,
+    );
   // Secrets stay out of the environment of every child the agent starts (Caddy, package managers, operator).
   delete process.env.HOSTKEEPER_TOKEN;
   delete process.env.HOSTKEEPER_WEBHOOK_SECRET;
@@ -29,6 +38,7 @@ export async function serve(): Promise<void> {
       listen: config.proxy.caddyListen,
       restartBackoffMs: config.proxy.caddyRestartBackoffMs,
       adminTimeoutMs: config.proxy.caddyTimeoutMs,
+      logRoll: { sizeMb: config.proxy.caddyLogRollSizeMb, keep: config.proxy.caddyLogRollKeep },
       log: logger.child({ component: "embedded-caddy" }),
     });
     await embeddedCaddy.start();
@@ -62,4 +72,39 @@ export async function serve(): Promise<void> {
   };
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));
+  // After the handlers: a stop that comes while Caddy is asked its version is a graceful one.
+  await logStart(logger, app.server.address() as AddressInfo, config.proxy, embeddedCaddy);
+}
+
+const showAdmin = (a: CaddyAdminAddress) => (a.kind === "unix" ? `unix:${a.socketPath}` : a.url.origin);
+const showListen = ({ address, port }: AddressInfo) =>
+  `${address.includes(":") ? `[${address}]` : address}:${port}`;
+
+/**
+ * The start line: versions and every address the agent and its Caddy listen on, in the fields for
+ * machines and in the message for people.
+ */
+async function logStart(
+  logger: Logger,
+  api: AddressInfo,
+  proxy: { caddyAdmin: CaddyAdminAddress | undefined; caddyServer: string; caddyListen: readonly string[] },
+  embedded: EmbeddedCaddy | undefined,
+): Promise<void> {
+  const versions = {
+    agent: packageVersion(),
+    node: process.version,
+    // Another's Caddy does not say its version through its admin API.
+    caddy: embedded ? await embedded.caddyVersion() : null,
+  };
+  const listen = {
+    api: showListen(api),
+    caddy_admin: proxy.caddyAdmin ? showAdmin(proxy.caddyAdmin) : null,
+    caddy_server: proxy.caddyServer,
+    caddy_listen: [...proxy.caddyListen],
+  };
+  logger.info(
+    { versions, listen, caddy_mode: embedded ? "embedded" : "external" },
+    `hostkeeper ${versions.agent} started on Node ${versions.node} with ${embedded ? "embedded" : "external"} Caddy ${versions.caddy ?? "(version unknown)"}; ` +
+      `API on ${listen.api}, Caddy admin on ${listen.caddy_admin}, managed server ${listen.caddy_server} on ${listen.caddy_listen.join(", ")}`,
+  );
 }

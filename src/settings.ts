@@ -57,6 +57,15 @@ export const agentSettings = {
     default: "info" as const,
     parse: parse.enumOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const),
   }),
+  logFormat: setting({
+    key: "logFormat",
+    env: "HOSTKEEPER_LOG_FORMAT",
+    area: "agent",
+    doc: "Log format on stdout: `json` (one object a line, for journald and log shippers), `pretty` (one coloured line per entry, for people), or `auto`: pretty when stdout is a terminal, JSON otherwise. Times are ISO 8601 (UTC) in both.",
+    defaultText: "auto",
+    default: "auto" as const,
+    parse: parse.enumOf(["auto", "json", "pretty"] as const),
+  }),
   bodyLimit: setting({
     key: "bodyLimit",
     env: "HOSTKEEPER_BODY_LIMIT",

@@ -36,13 +36,13 @@ export async function freePort(): Promise<number> {
   throw new Error("no free port found");
 }
 
-/** A JSON request to a loopback port on a fresh connection; resolves with status and body text. */
+/** A JSON request to a loopback port on a fresh connection; resolves with status, headers and body text. */
 export function httpRequest(
   port: number,
   method: string,
   path: string,
   opts: { body?: unknown; headers?: Record<string, string> } = {},
-): Promise<{ status: number; body: string }> {
+): Promise<{ status: number; body: string; headers: http.IncomingHttpHeaders }> {
   return new Promise((resolve, reject) => {
     const payload = opts.body === undefined ? undefined : JSON.stringify(opts.body);
     const req = http.request(
@@ -62,7 +62,9 @@ export function httpRequest(
       (res) => {
         const chunks: Buffer[] = [];
         res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
+        res.on("end", () =>
+          resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), headers: res.headers }),
+        );
       },
     );
     req.on("error", reject);

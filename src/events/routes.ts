@@ -81,7 +81,12 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
           "event_pending",
           `event ${id} is still pending (next attempt on its retry schedule); only a delivered or dead event can be sent again`,
         );
-      return reply.code(202).send(eventView(r.event, outbox.attempts(id)));
+      const attempts = outbox.attempts(id);
+      request.log.info(
+        { event_id: id, type: r.event.type, attempts: attempts.length, request_id: request.id },
+        `event ${id}: redelivery requested`,
+      );
+      return reply.code(202).send(eventView(r.event, attempts));
     },
   );
 }

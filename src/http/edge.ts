@@ -10,6 +10,7 @@ import type {
 import FindMyWay from "find-my-way";
 import type { TokenCheck } from "./auth.js";
 import { ApiError, type ProblemCode, problemBody, sendProblem, toApiError } from "./errors.js";
+import { genReqId, REQUEST_ID_HEADER } from "./request-id.js";
 
 /**
  * Route parameters may be as long as a request line can be (Node caps the whole head at 16 KiB), so a
@@ -118,6 +119,7 @@ export function answerExpectations(app: FastifyInstance, check: TokenCheck): voi
       "content-type": "application/problem+json",
       "content-length": Buffer.byteLength(body),
       connection: "close",
+      [REQUEST_ID_HEADER]: genReqId(req),
       ...(problem.code === "unauthorized" ? { "www-authenticate": 'Bearer realm="hostkeeper"' } : {}),
     });
     res.end(body);
@@ -135,6 +137,8 @@ export function httpEdgeOptions(
 ): Pick<FastifyServerOptions, "frameworkErrors" | "clientErrorHandler"> {
   return {
     frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+      // No hook runs for these requests, so the id is echoed here.
+      void reply.header(REQUEST_ID_HEADER, request.id);
       const refused = check(request.headers.authorization);
       if (refused) return sendProblem(reply, refused);
       const detail =

@@ -90,7 +90,7 @@ export class OperatorService {
     const c = o.config;
     const env = o.env ?? process.env;
     this.routeId = o.routes.operatorRouteId;
-    this.store = new OperatorStore(o.db, o.outbox, o.metrics);
+    this.store = new OperatorStore(o.db, o.outbox, o.log, o.metrics);
     this.instances = new Instances({
       root: join(o.dataDir, "operator"),
       artifactName: c.artifactName,

@@ -1,3 +1,4 @@
+import type { Logger } from "pino";
 import type { Outbox } from "../events/outbox.js";
 import type { Metrics } from "../metrics/metrics.js";
 import type { Db, Migration } from "../store/db.js";
@@ -123,6 +124,7 @@ export class OperatorStore {
   constructor(
     private readonly db: Db,
     private readonly outbox: Outbox,
+    private readonly log: Logger,
     /** Counts updates by the final state they reach. */
     private readonly metrics?: Metrics,
   ) {}
@@ -190,6 +192,10 @@ export class OperatorStore {
         .run(u.id, u.request, u.version, u.callback_url, u.artifact_source, u.checksum, now, now);
       this.recordState(u.id, "queued", now);
     })();
+    this.log.info(
+      { update_process_id: u.id, state: "queued", version: u.version, artifact_source: u.artifact_source },
+      `operator update ${u.id}: queued`,
+    );
     this.outbox.kick();
     return this.get(u.id) as UpdateRow;
   }
@@ -208,7 +214,17 @@ export class OperatorStore {
     })();
     if (TERMINAL.has(state)) this.metrics?.operatorUpdates.inc({ state });
     this.outbox.kick();
-    return this.get(id) as UpdateRow;
+    const row = this.get(id) as UpdateRow;
+    // One line per state change, where the state is recorded, so no path through the update can skip it.
+    const line = {
+      update_process_id: id,
+      state,
+      version: row.version,
+      ...(row.error_code === null ? {} : { error_code: row.error_code, error: row.error_message }),
+    };
+    if (state === "failed" || state === "rolled_back") this.log.warn(line, `operator update ${id}: ${state}`);
+    else this.log.info(line, `operator update ${id}: ${state}`);
+    return row;
   }
 
   /** Records why an update is being undone, before the undoing starts (so a restart carries it on). */

@@ -1,5 +1,14 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { processStartTime } from "../util/processes.js";
@@ -15,6 +24,7 @@ import {
   tcpAddresses,
   tryBind,
 } from "./listen-addresses.js";
+import { canonicalJson } from "./plan.js";
 import type { CaddyAdminAddress } from "./settings.js";
 
 export interface EmbeddedCaddyOptions {
@@ -31,6 +41,8 @@ export interface EmbeddedCaddyOptions {
   restartBackoffMs: number;
   /** Time-out of one admin request while the agent sets Caddy up. */
   adminTimeoutMs: number;
+  /** Caddy's own log is rolled at this size (MiB), keeping this many rolled files. */
+  logRoll: { sizeMb: number; keep: number };
   log: Logger;
   /** How long a started Caddy has to answer on its admin socket. */
   startTimeoutMs?: number;
@@ -66,6 +78,9 @@ interface Running {
   procStart: string | undefined;
   startedAt: number;
 }
+
+/** Caddy's stderr file (what it writes before its log config is loaded, and a crash) is cut at this size. */
+const STDERR_LIMIT_BYTES = 1024 * 1024;
 
 const heldAdvice =
   "Caddy would fail to bind it, or, beside a server using SO_REUSEPORT, share its connections with that server without a word";
@@ -123,6 +138,7 @@ export class EmbeddedCaddy {
     if (existsSync(this.socketPath) && (await this.answers())) {
       this.adopt();
       await this.prepareServer();
+      await this.prepareLogging();
       this.refuseForeignListeners();
     } else {
       await this.refuseHeldAddresses(this.addressesToCheck());
@@ -130,6 +146,7 @@ export class EmbeddedCaddy {
       this.o.log.info({ caddyPid: pid, socket: this.socketPath }, "started the embedded Caddy");
       try {
         await this.prepareServer();
+        await this.prepareLogging();
         // A server that bound with SO_REUSEPORT between the check above and Caddy's own bind.
         this.refuseForeignListeners();
       } catch (err) {
@@ -181,6 +198,51 @@ export class EmbeddedCaddy {
     return this.version.value;
   }
 
+  /** Where Caddy's log goes: a file Caddy rolls itself (its own config, so it holds for an adopted Caddy too). */
+  get logPath(): string {
+    return join(this.dir, "caddy.log");
+  }
+
+  /** Caddy's stderr: only what it writes before its log config is loaded, and the words of a crash. */
+  get stderrPath(): string {
+    return join(this.dir, "caddy.stderr.log");
+  }
+
+  /** The `logging.logs.default` Caddy gets: a file writer rolled at a size, a bounded number kept (gzipped). */
+  logConfig(): Record<string, unknown> {
+    return {
+      writer: {
+        output: "file",
+        filename: this.logPath,
+        roll: true,
+        roll_size_mb: this.o.logRoll.sizeMb,
+        roll_keep: this.o.logRoll.keep,
+      },
+      // JSON with ISO 8601 times, as the agent's own log: one reader for both.
+      encoder: { format: "json", time_format: "iso8601" },
+    };
+  }
+
+  /**
+   * Caddy's default log is the rolled file: set when the config Caddy runs (autosaved by an earlier
+   * agent, or adopted) has another one. A config change only when it differs, as it reloads Caddy.
+   */
+  private async prepareLogging(): Promise<void> {
+    try {
+      const now = await this.admin.read("/config/logging");
+      const current = now.status === 200 ? (JSON.parse(now.text) as Record<string, unknown> | null) : null;
+      const logs = (current?.logs ?? {}) as Record<string, unknown>;
+      if (canonicalJson(logs.default ?? null) === canonicalJson(this.logConfig())) return;
+      const wanted = { ...current, logs: { ...logs, default: this.logConfig() } };
+      await this.admin.write(current === null ? "PUT" : "PATCH", "/config/logging", wanted);
+      this.o.log.info({ log: this.logPath, roll: this.o.logRoll }, "set the embedded Caddy's log");
+    } catch (err) {
+      throw new EmbeddedCaddyError(
+        `the embedded Caddy refused its log configuration (${this.logPath}): ${(err as Error).message}`,
+      );
+    }
+  }
+
   private async answers(): Promise<boolean> {
     try {
       return (await this.probe.raw("GET", "/config/admin")).status === 200;
@@ -226,10 +288,14 @@ export class EmbeddedCaddy {
     const bootstrap = join(this.dir, "bootstrap.json");
     writeFileSync(
       bootstrap,
-      JSON.stringify({ admin: { listen: `unix/${this.socketPath}|0600`, config: { persist: true } } }),
+      JSON.stringify({
+        admin: { listen: `unix/${this.socketPath}|0600`, config: { persist: true } },
+        logging: { logs: { default: this.logConfig() } },
+      }),
       { mode: 0o600 },
     );
-    const logPath = join(this.dir, "caddy.log");
+    const logPath = this.stderrPath;
+    capFile(logPath, STDERR_LIMIT_BYTES);
     const logFd = openSync(logPath, "a", 0o600);
     let child: ChildProcess;
     try {
@@ -422,6 +488,9 @@ export class EmbeddedCaddy {
     await this.prepareServer().catch((err: unknown) =>
       this.o.log.error({ err }, "the embedded Caddy runs again, but without its managed server"),
     );
+    await this.prepareLogging().catch((err: unknown) =>
+      this.o.log.error({ err }, "the embedded Caddy runs again, but without its rolled log"),
+    );
   }
 }
 
@@ -430,5 +499,14 @@ function readFileSyncOr(path: string, fallback: string): string {
     return readFileSync(path, "utf8");
   } catch {
     return fallback;
+  }
+}
+
+/** Moves `path` to `<path>.1` (replacing an older one) once it holds `limit` bytes or more. */
+function capFile(path: string, limit: number): void {
+  try {
+    if (statSync(path).size >= limit) renameSync(path, `${path}.1`);
+  } catch {
+    // no file yet
   }
 }

@@ -11,10 +11,9 @@ import {
 } from "./schemas.js";
 import type { ChangeContext, RouteService } from "./service.js";
 
-/** The caller's `x-request-id` (bounded), else the agent's own id for the request: recorded with the change. */
+/** The request's id (the caller's `x-request-id` when usable, see genReqId): recorded with the change. */
 function changeContext(request: FastifyRequest): ChangeContext {
-  const header = request.headers["x-request-id"];
-  return { requestId: typeof header === "string" && header !== "" ? header.slice(0, 200) : request.id };
+  return { requestId: request.id };
 }
 
 /** Where a route is read: the `Location` of a create. */

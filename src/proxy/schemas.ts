@@ -149,7 +149,7 @@ export const RouteChangeSchema = Type.Object(
     requested_at: Type.String({ format: "date-time" }),
     finished_at: StringOrNull("Null while pending or interrupted.", "date-time"),
     request_id: StringOrNull(
-      "The `x-request-id` header of the request that made the change, else the agent's id for that request; null for changes the agent made itself.",
+      "The request id of the request that made the change: its `x-request-id` header when that was usable (1-128 characters of `A-Z a-z 0-9 . _ : / + = @ -`), else the id the agent generated for it; null for changes the agent made itself.",
     ),
     previous_route: RouteOrNull(
       "The route as Caddy held it just before the change (captured before Caddy was touched); null when there was none.",

@@ -255,6 +255,17 @@ interface ChangeOptions {
   conflict?: (kind: "exists" | "not_found") => ApiError;
 }
 
+/** The upstreams a route dials, in its handlers' order: what a change's log line names. */
+function upstreamsOf(route: RouteJson | null): string[] {
+  const dials: string[] = [];
+  for (const h of route?.handle ?? []) {
+    const ups = h.upstreams;
+    if (!Array.isArray(ups)) continue;
+    for (const u of ups as { dial?: unknown }[]) if (typeof u.dial === "string") dials.push(u.dial);
+  }
+  return dials;
+}
+
 /** What a restore does, from the states the restored change captured (see the README). */
 type RestorePlan = { op: Op; action: RestoreResult["action"] };
 
@@ -493,6 +504,7 @@ export class RouteService {
     op: Op,
     { callbackUrl, ctx, restoredFrom, conflict }: ChangeOptions,
   ): Promise<{ result: ChangeResult & { ok: true }; changeId: number | undefined }> {
+    const started = performance.now();
     let changeId: number | undefined;
     const firstAttempts: Promise<boolean>[] = [];
     const requested = op.kind === "delete" ? null : JSON.stringify(op.route);
@@ -548,6 +560,7 @@ export class RouteService {
     });
     let changeEvent: string | null = null;
     if (changeId !== undefined) changeEvent = this.settle(changeId, result, callbackUrl, orderingKey, about);
+    this.logChange(op, result, about, changeId, performance.now() - started);
     // The answer waits (each bounded by the attempt's time-out) for this change's own first attempts, the
     // backup's and then the outcome's, so a receiver that answers in time has both by the time the caller
     // learns the outcome. The outcome's attempt starts once the backup's has ended: the ordering key lets it
@@ -560,6 +573,35 @@ export class RouteService {
       throw failureToError(result.failure, id, result.previous);
     }
     return { result, changeId };
+  }
+
+  /**
+   * The one line a change leaves in the log: what it was, the upstreams it wrote (or, for a removal, those
+   * of the route it removed), how it ended, with how many changes it went to Caddy, how long it took from
+   * the request to its outcome, and the request id the caller gave (or the agent generated).
+   */
+  private logChange(
+    op: Op,
+    result: ChangeResult,
+    about: { operation: ChangeOperation; route_id: string; request_id: string | null },
+    changeId: number | undefined,
+    ms: number,
+  ): void {
+    const outcome = result.ok ? "applied" : OUTCOME_OF[result.failure.kind];
+    const fields = {
+      ...about,
+      change_id: changeId ?? null,
+      upstreams: upstreamsOf(op.kind === "delete" ? result.previous : op.route),
+      outcome,
+      batch_size: result.batchSize,
+      duration_ms: Math.round(ms * 10) / 10,
+      ...(result.ok
+        ? {}
+        : { error: "message" in result.failure ? result.failure.message : result.failure.kind }),
+    };
+    const line = `route ${about.route_id}: ${about.operation} ${outcome}`;
+    if (result.ok || outcome === "refused") this.o.log.info(fields, line);
+    else this.o.log.warn(fields, line);
   }
 
   /** Records how a change ended, with its `route_change` event when it has a callback; returns the event's id. */

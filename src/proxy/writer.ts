@@ -26,13 +26,23 @@ export type WriteFailure =
   /** `prepare` threw. */
   | { kind: "prepare_failed"; message: string };
 
-export type ChangeResult =
+/**
+ * How a change ended. `batchSize`: how many changes went to Caddy in the same config write as this one
+ * (the last write that carried it), 0 when it never reached Caddy (a 404/409, Caddy unreachable).
+ */
+export type ChangeResult = (
   | { ok: true; previous: RouteJson | null; route: RouteJson | null }
-  | { ok: false; previous: RouteJson | null; failure: WriteFailure };
+  | { ok: false; previous: RouteJson | null; failure: WriteFailure }
+) & { batchSize: number };
+
+/** A result as the writer's steps produce it; `submit` adds the batch size. */
+type StepResult = DistributiveOmit<ChangeResult, "batchSize">;
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 interface Pending {
   req: ChangeRequest;
-  resolve: (r: ChangeResult) => void;
+  resolve: (r: StepResult) => void;
+  batchSize: number;
   /** Canonical JSON of the previous state `prepare` last saw. */
   preparedWith?: string;
   previous: RouteJson | null;
@@ -76,7 +86,13 @@ export class RouteWriter {
 
   submit(req: ChangeRequest): Promise<ChangeResult> {
     return new Promise((resolve) => {
-      this.queue.push({ req, resolve, previous: null });
+      const pending: Pending = {
+        req,
+        resolve: (r) => resolve({ ...r, batchSize: pending.batchSize }),
+        batchSize: 0,
+        previous: null,
+      };
+      this.queue.push(pending);
       void this.drain();
     });
   }
@@ -159,6 +175,10 @@ export class RouteWriter {
         continue;
       }
 
+      for (const a of p.applied) {
+        const pending = live[a.index];
+        if (pending) pending.batchSize = p.applied.length;
+      }
       const written = await this.caddy.write(state, p);
       if (written.kind === "stale") {
         if (mayRetry) steps.unshift({ changes: live, mayRetry: false });

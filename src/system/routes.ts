@@ -56,11 +56,10 @@ export function registerSystemRoutes(app: App, service: SystemService): void {
     },
     async (request) => {
       const userAgent = request.headers["user-agent"];
-      const requestId = request.headers["x-request-id"];
       const result = await service.apply(request.body.update_type, request.body.auto_reboot ?? false, {
         remote_address: request.ip,
         user_agent: userAgent ?? null,
-        request_id: typeof requestId === "string" && requestId !== "" ? requestId.slice(0, 200) : request.id,
+        request_id: request.id,
       });
       if (result.reboot_scheduled) rebootAfterResponse.add(request);
       return result;

@@ -126,7 +126,8 @@ export const ApplyRecordSchema = Type.Object(
   {
     id: Type.Integer(),
     request_id: Type.String({
-      description: "The request's `x-request-id` header when it had one, else the agent's request id.",
+      description:
+        "The request's `x-request-id` header when it had a usable one (1-128 characters of `A-Z a-z 0-9 . _ : / + = @ -`), else the id the agent generated for the request.",
     }),
     requested_by: RequesterSchema,
     update_type: StringEnum(["security", "full"]),

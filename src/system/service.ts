@@ -229,6 +229,25 @@ export class SystemService {
         result === null ? null : JSON.stringify(result),
         id,
       );
+      // The one line an apply leaves in the log: what was asked, how it ended, what it changed.
+      const fields = {
+        apply_id: id,
+        update_type: type,
+        auto_reboot: autoReboot,
+        package_manager: this.o.manager.name,
+        outcome,
+        upgraded: result?.upgraded.length ?? 0,
+        installed: result?.installed.length ?? 0,
+        removed: result?.removed.length ?? 0,
+        held_back: result?.held_back.length ?? 0,
+        reboot_required: result?.reboot_required ?? null,
+        reboot_scheduled: result?.reboot_scheduled ?? false,
+        duration_ms: ms,
+        request_id: who.request_id,
+        ...(error === null ? {} : { error }),
+      };
+      if (outcome === "succeeded") this.o.log.info(fields, `apply of ${type} updates succeeded`);
+      else this.o.log.warn(fields, `apply of ${type} updates failed`);
       return { finished_at: finished.toISOString(), duration_ms: ms };
     };
     try {

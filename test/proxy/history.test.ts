@@ -96,18 +96,25 @@ test("history lists create, replace and delete newest first, each with its calle
   );
 });
 
-test("a caller's request id is kept to 200 characters", async (t) => {
+test("the request id recorded is the caller's usable x-request-id, else the one the agent generated and answered", async (t) => {
   const { call, up } = await setup(t);
-  const long = "r".repeat(500);
-  await call({
-    method: "POST",
-    url: "/v1/proxy/routes",
-    payload: route("long-id.test", up.port),
-    headers: { "x-request-id": long },
-  });
-  const [change] = (await call({ method: "GET", url: "/v1/proxy/routes/long-id.test/history" })).json()
-    .changes;
-  assert.equal(change.request_id, long.slice(0, 200));
+  for (const [domain, given, kept] of [
+    ["given-id.test", "caller-1.a", true],
+    ["long-id.test", "r".repeat(500), false],
+    ["unsafe-id.test", "has space", false],
+  ] as const) {
+    const created = await call({
+      method: "POST",
+      url: "/v1/proxy/routes",
+      payload: route(domain, up.port),
+      headers: { "x-request-id": given },
+    });
+    const answered = created.headers["x-request-id"];
+    assert.equal(answered === given, kept, String(answered));
+    const [change] = (await call({ method: "GET", url: `/v1/proxy/routes/${domain}/history` })).json()
+      .changes;
+    assert.equal(change.request_id, answered);
+  }
 });
 
 test("history of a route the agent never changed is empty; of an id nobody knows, 404", async (t) => {
