@@ -176,6 +176,7 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     embedded: embeddedCaddy,
     system: systemService,
     operator,
+    outbox,
   });
   app.decorate("services", { db, outbox, routes, writer, operator, metrics });
 

@@ -1,3 +1,4 @@
+import type { Outbox } from "../events/outbox.js";
 import type { OperatorService } from "../operator/service.js";
 import { packageVersion } from "../paths.js";
 import { CaddyAdmin, caddyErrorText } from "../proxy/caddy-admin.js";
@@ -24,6 +25,7 @@ export interface HealthServiceOptions {
   embedded: SupervisedCaddy | undefined;
   system: SystemService;
   operator: OperatorService;
+  outbox: Outbox;
 }
 
 /** Each readiness probe waits this long at most for Caddy, and for each listener. */
@@ -43,7 +45,6 @@ export class HealthService {
   private readonly probeAdmin: CaddyAdmin;
   private readonly statusRoutes: CaddyRoutes;
   private readonly countQuery;
-  private readonly outboxQuery;
   private probe: Promise<Readiness> | undefined;
   private readonly agentVersion = packageVersion();
   /** When the agent's process started. */
@@ -57,10 +58,6 @@ export class HealthService {
     });
     // A read of the database file itself (its first page), not only of the connection.
     this.countQuery = o.db.prepare("SELECT count(*) AS n FROM schema_migrations");
-    // The outbox's own table, read here rather than through the outbox: a count for the status, nothing more.
-    this.outboxQuery = o.db.prepare(
-      "SELECT state, count(*) AS n FROM outbox_events WHERE state IN ('pending', 'dead') GROUP BY state",
-    );
   }
 
   readiness(): Promise<Readiness> {
@@ -77,9 +74,7 @@ export class HealthService {
       this.o.embedded?.caddyVersion() ?? Promise.resolve(null),
       this.o.system.packageManagerVersion(),
     ]);
-    const counts = Object.fromEntries(
-      (this.outboxQuery.all() as { state: string; n: number }[]).map((r) => [r.state, r.n]),
-    );
+    const counts = this.o.outbox.countByState();
     const check = this.o.system.lastCheck();
     const embedded = this.o.embedded?.status();
     const reachable = readiness.checks.caddy_admin.status === "ok";
