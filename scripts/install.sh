@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what Hostkeeper needs on a Debian machine, as root: Node.js >= 20, the npm packages (better-sqlite3
-# builds from source when no prebuilt binary can be fetched), and a current Caddy unpacked under .cache/.
+# builds from source when no prebuilt binary can be fetched), and the Caddy pinned in scripts/caddy.env unpacked under .cache/.
 # With --test it also installs what the test suite needs (see TEST_PACKAGES). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the test suite uses, added by each area's tests.
-TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c openssl)
+# Debian packages the test suite uses, added by each area's tests (the packaging tests: a systemd container
+# from mmdebstrap booted with systemd-nspawn, lintian; rpm builds the RPM).
+TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c openssl systemd-container mmdebstrap lintian)
 
 want_test=false
 [ "${1:-}" = "--test" ] && want_test=true
