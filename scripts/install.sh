@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Hostkeeper needs on a Debian machine, as root: Node.js >= 20, the npm packages (better-sqlite3
-# builds from source when no prebuilt binary can be fetched), and the Caddy pinned in scripts/caddy.env unpacked under .cache/.
+# builds from source when no prebuilt binary can be fetched), and the Caddy pinned in scripts/caddy.env,
+# unpacked under .cache/.
 # With --test it also installs what the test suite needs (see TEST_PACKAGES). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
