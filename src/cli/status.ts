@@ -7,7 +7,7 @@ import {
   problemLine,
   showAddress,
 } from "./agent.js";
-import type { Command } from "./args.js";
+import { type Command, positiveSeconds } from "./args.js";
 import { fields, print } from "./output.js";
 
 /** One part of the report: the API's answer as it came (parsed), or why there is none. */
@@ -64,6 +64,24 @@ export async function gatherStatus(client: AgentClient): Promise<StatusReport> {
   return { versions, agent, caddy, operator };
 }
 
+/**
+ * Waits up to `ms` for the agent to answer its health check with 200: an agent that is still starting
+ * refuses connections. Resolves either way; the report that follows says what is wrong.
+ */
+export async function waitForAgent(client: AgentClient, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    try {
+      if ((await client.request("GET", "/healthz", { auth: false })).status === 200) return;
+    } catch (err) {
+      if (!(err instanceof CliFailure)) throw err;
+    }
+    const left = deadline - Date.now();
+    if (left <= 0) return;
+    await new Promise((r) => setTimeout(r, Math.min(200, left)));
+  }
+}
+
 /** Healthy: the agent answers its health check and Caddy answers the agent. */
 export const healthy = (r: StatusReport) => r.agent.status === 200 && r.caddy.status === 200;
 
@@ -103,10 +121,22 @@ const status: Command = {
     "Exit code 0 when the agent is healthy and Caddy answers it, 1 otherwise (an operator without a running",
     "instance is reported, not failed). The version is this installation's: the CLI and the agent ship together.",
     "With --json: {versions, agent, caddy, operator}, each part with the API's status and body as it came.",
+    "With --wait, the report comes once the agent answers its health check, or once the wait is over.",
+  ],
+  options: [
+    {
+      name: "wait",
+      value: "SECONDS",
+      doc: "First wait up to this long for a starting agent to answer (hostkeeper.service does, after its start).",
+      parse: positiveSeconds,
+    },
   ],
   timeoutSeconds: 10,
   run: async (inv) => {
-    const report = await gatherStatus(connect(inv.timeoutMs));
+    const client = connect(inv.timeoutMs);
+    const wait = inv.options.wait;
+    if (typeof wait === "number") await waitForAgent(client, wait * 1000);
+    const report = await gatherStatus(client);
     print(inv.json ? JSON.stringify(report) : describe(report));
     return healthy(report) ? 0 : 1;
   },
