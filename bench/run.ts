@@ -12,8 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { projectRoot } from "../src/paths.js";
 import { fetchedCaddyBinary } from "../src/proxy/settings.js";
-import { freePort } from "../test/helpers/caddy.js";
-import { httpRequest } from "../test/helpers/http.js";
+import { freePort, httpRequest } from "../support/loopback.js";
 
 const TOKEN = "bench-token-0123456789abcdef";
 const SIZES = (process.env.BENCH_SIZES ?? "1000,5000").split(",").map(Number);
@@ -125,7 +124,7 @@ async function main() {
   const rawCaddy = await startCaddy("raw-caddy");
   const adminPort = rawCaddy.adminPort;
   const agentPort = await freePort();
-  // The agent runs exactly as `npm start` runs it (same node flags), minus the compile step.
+  // The agent runs exactly as `npm start` runs it: scripts/start, on the pinned Node with the same flags.
   const pkg = JSON.parse(readFileSync(join(projectRoot(), "package.json"), "utf8")) as {
     scripts: { start: string };
   };

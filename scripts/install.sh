@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Installs what Hostkeeper needs on a Debian machine, as root: Node.js >= 20, the npm packages (better-sqlite3
-# builds from source when no prebuilt binary can be fetched), and the Caddy pinned in scripts/caddy.env,
-# unpacked under .cache/.
-# With --test it also installs what the test suite needs (see TEST_PACKAGES). Safe to run again.
+# Installs what Hostkeeper needs on a Debian machine, as root: the pinned Node.js runtime and npm
+# (scripts/runtime.env, under .cache/; the machine's own Node, if any, is never used to run the project),
+# the npm packages built against that runtime, the compiled agent (dist/), and the Caddy pinned in
+# scripts/caddy.env under .cache/. With --test it also installs what the test suite needs (see
+# TEST_PACKAGES). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the test suite uses, added by each area's tests (the packaging tests: a systemd container
 # from mmdebstrap booted with systemd-nspawn, lintian; rpm builds the RPM).
-TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c openssl systemd-container mmdebstrap lintian)
+TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c openssl python3 systemd-container mmdebstrap lintian)
 
 want_test=false
 [ "${1:-}" = "--test" ] && want_test=true
@@ -22,19 +23,9 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
-if [ "$(node_major)" -lt 20 ]; then
-  apt_install nodejs npm ca-certificates
-  if [ "$(node_major)" -lt 20 ]; then
-    echo "install: Node.js >= 20 is required; this machine's packages give $(node --version 2>/dev/null || echo none)." >&2
-    echo "install: install Node.js 20 or later (e.g. from your distribution's backports) and run this again." >&2
-    exit 1
-  fi
-fi
-# Tools the install needs: a compiler for better-sqlite3, dpkg-deb and apt-get to unpack Caddy.
-missing=()
-for tool in make g++ python3 dpkg-deb apt-get; do command -v "$tool" >/dev/null || missing+=("$tool"); done
-if [ ${#missing[@]} -gt 0 ]; then apt_install build-essential python3; fi
+# Any npm, on any Node, can fetch the pinned runtime; the distribution's is installed only when there is
+# none. No compiler is needed: better-sqlite3 ships a Node-API binary for linux-x64 in its package.
+if ! command -v npm >/dev/null; then apt_install npm ca-certificates; fi
 
 if $want_test; then
   need=()
@@ -42,12 +33,26 @@ if $want_test; then
   if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
 fi
 
-# npm ci only when the lock file changed since the last install (it rebuilds better-sqlite3, ~1 minute).
-stamp=node_modules/.hostkeeper-lock.sha256
-want=$(sha256sum package-lock.json | cut -d' ' -f1)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || [ ! -f node_modules/better-sqlite3/build/Release/better_sqlite3.node ]; then
-  npm ci --no-audit --no-fund
+bash scripts/fetch-runtime.sh
+
+# npm ci with the pinned npm and Node (scripts/npm; an addon that compiles gets the pinned Node's headers),
+# only when the lock file or the runtime changed since the last install, or when better-sqlite3 does not
+# load on the pinned Node: one built for another Node would fail only when the agent opens its database.
+addon_loads() { scripts/node -e 'new (require("better-sqlite3"))(":memory:").close()' 2>/dev/null; }
+stamp=node_modules/.hostkeeper-install
+want="$(sha256sum package-lock.json scripts/runtime.env | cut -d' ' -f1 | tr '\n' ' ')"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! addon_loads; then
+  scripts/npm ci --no-audit --no-fund
+  if ! addon_loads; then
+    echo "install: better-sqlite3 does not load on the pinned Node.js $(scripts/node --version):" >&2
+    scripts/node -e 'new (require("better-sqlite3"))(":memory:")' >&2 || true
+    exit 1
+  fi
   echo "$want" >"$stamp"
 fi
 
+# The agent is compiled here, once; `npm start` runs dist/ and never compiles.
+scripts/node node_modules/.bin/tsc -p tsconfig.json
+
 bash scripts/fetch-caddy.sh
+echo "install: Hostkeeper ready on Node.js $(scripts/node --version) ($(pwd)/.cache/node)"

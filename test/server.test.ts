@@ -5,8 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { projectRoot } from "../src/paths.js";
-import { freePort } from "./helpers/caddy.js";
-import { httpRequest, startReceiver, startUpstream } from "./helpers/http.js";
+import { freePort, httpRequest } from "../support/loopback.js";
+import { startReceiver, startUpstream } from "./helpers/http.js";
 
 interface Agent {
   child: ChildProcess;

@@ -1,5 +1,5 @@
 import { isIP } from "node:net";
-import { domainToASCII } from "node:url";
+import { domainToASCII, domainToUnicode } from "node:url";
 
 export type Parsed<T> = ({ ok: true } & T) | { ok: false; message: string };
 
@@ -35,8 +35,20 @@ export function normalizeDomain(input: string): Parsed<{ domain: string }> {
   for (const label of host.split(".")) {
     if (label.length === 0 || label.length > 63 || !/^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?$/.test(label))
       return { ok: false, message: `has an invalid label "${label}"` };
+    if (label.startsWith("xn--") && !isCanonicalPunycode(label))
+      return { ok: false, message: `has a label that is not valid punycode "${label}"` };
   }
   return { ok: true, domain: ascii };
+}
+
+/**
+ * An `xn--` label must decode to a Unicode label that encodes back to exactly it. Node 20's ToASCII
+ * refused an undecodable one (`xn--a`), Node 24's passes it through unchanged; neither refuses one that is
+ * not the canonical encoding of its decoding (`xn--a-` is plain `a`).
+ */
+function isCanonicalPunycode(label: string): boolean {
+  const unicode = domainToUnicode(label);
+  return unicode !== "" && !unicode.startsWith("xn--") && domainToASCII(unicode) === label;
 }
 
 const PORT_RE = /^[1-9]\d{0,4}$/;

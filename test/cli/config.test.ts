@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { allSettings } from "../../src/settings.js";
-import { freePort } from "../helpers/caddy.js";
+import { freePort } from "../../support/loopback.js";
 import { runCli } from "./support.js";
 
 const TOKEN = "cli-config-token-0123456789";
@@ -175,11 +176,17 @@ describe("token show", () => {
       t.skip("needs root, to run the CLI as another user");
       return;
     }
+    const nobody = 65534;
+    // A checkout under a private directory (mktemp -d makes 0700 ones) keeps other users from the runtime itself.
+    const probe = spawnSync(process.execPath, ["-e", ""], { uid: nobody, gid: nobody });
+    if (probe.error || probe.status !== 0) {
+      t.skip(`uid ${nobody} cannot run ${process.execPath} (a directory above it is private to root)`);
+      return;
+    }
     const dir = tempDir(t);
     // The agent's own modes: data dir 0700, token 0600, both root's.
     chmodSync(dir, 0o700);
     writeFileSync(join(dir, "token"), `${TOKEN}\n`, { mode: 0o600 });
-    const nobody = 65534;
     const r = await runCli(["token", "show"], { HOSTKEEPER_DATA_DIR: dir }, { uid: nobody, gid: nobody });
     assert.equal(r.code, 1, r.stderr);
     assert.equal(r.stdout, "");

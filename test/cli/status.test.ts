@@ -3,8 +3,9 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, test } from "node:test";
 import { packageVersion } from "../../src/paths.js";
+import { freePort } from "../../support/loopback.js";
 import { buildTestApp, TEST_TOKEN } from "../helpers/app.js";
-import { freePort, startCaddy } from "../helpers/caddy.js";
+import { startCaddy } from "../helpers/caddy.js";
 import { runCli, startCliAgent } from "./support.js";
 
 const lines = (text: string) =>

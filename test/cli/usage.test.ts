@@ -4,8 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { packageVersion } from "../../src/paths.js";
-import { freePort } from "../helpers/caddy.js";
-import { httpRequest } from "../helpers/http.js";
+import { freePort, httpRequest } from "../../support/loopback.js";
 import { runCli } from "./support.js";
 
 const COMMANDS = [

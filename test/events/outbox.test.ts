@@ -17,8 +17,8 @@ import {
 } from "../../src/events/outbox.js";
 import { projectRoot } from "../../src/paths.js";
 import { type Db, openDatabase } from "../../src/store/db.js";
+import { freePort } from "../../support/loopback.js";
 import { TEST_SECRET } from "../helpers/app.js";
-import { freePort } from "../helpers/caddy.js";
 import { startReceiver, verifyStandardWebhook } from "../helpers/http.js";
 
 // The durable webhook outbox on a real SQLite database, delivering to real loopback receivers. Retry

@@ -1,41 +1,11 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestContext } from "node:test";
 import { CaddyAdmin } from "../../src/proxy/caddy-admin.js";
 import { fetchedCaddyBinary } from "../../src/proxy/settings.js";
-
-/** Below the kernel's ephemeral range, so no server listening on port 0 can be handed it meanwhile. */
-function fixedPortRange(): [number, number] {
-  try {
-    const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
-    if (low > 12_000) return [10_000, low];
-  } catch {
-    // not Linux: fall through
-  }
-  return [20_000, 32_000];
-}
-
-/**
- * A free loopback TCP port for a process the test starts next (Caddy, an operator instance): picked at
- * random outside the ephemeral range and checked by binding it. A port from `listen(0)` would be in that
- * range, where another test's server listening on port 0 could take it before our process binds it.
- */
-export async function freePort(): Promise<number> {
-  const [low, high] = fixedPortRange();
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const port = low + Math.floor(Math.random() * (high - low));
-    const free = await new Promise<boolean>((resolve) => {
-      const s = createServer();
-      s.once("error", () => resolve(false));
-      s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
-    });
-    if (free) return port;
-  }
-  throw new Error("no free port found");
-}
+import { freePort } from "../../support/loopback.js";
 
 export interface TestCaddy {
   adminUrl: string;

@@ -143,37 +143,3 @@ export function viaProxy(
     req.end();
   });
 }
-
-/** A JSON request to a loopback port on a fresh connection; resolves with status and body text. */
-export function httpRequest(
-  port: number,
-  method: string,
-  path: string,
-  opts: { body?: unknown; headers?: Record<string, string> } = {},
-): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const payload = opts.body === undefined ? undefined : JSON.stringify(opts.body);
-    const req = http.request(
-      {
-        host: "127.0.0.1",
-        port,
-        method,
-        path,
-        agent: false,
-        headers: {
-          ...opts.headers,
-          ...(payload === undefined
-            ? {}
-            : { "content-type": "application/json", "content-length": String(Buffer.byteLength(payload)) }),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
-      },
-    );
-    req.on("error", reject);
-    req.end(payload);
-  });
-}

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, type TestContext, test } from "node:test";
 import fc from "fast-check";
+import { httpRequest } from "../../support/loopback.js";
 import { TEST_TOKEN } from "../helpers/app.js";
-import { httpRequest } from "../helpers/http.js";
 import { type RawResponse, rawRequest, requestText } from "../helpers/raw-http.js";
 import { OPERATOR_DOMAIN, startGuardedAgent } from "./support.js";
 

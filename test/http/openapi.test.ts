@@ -5,8 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
+import { httpRequest } from "../../support/loopback.js";
 import { TEST_TOKEN } from "../helpers/app.js";
-import { httpRequest } from "../helpers/http.js";
 import { startGuardedAgent } from "./support.js";
 
 const run = promisify(execFile);

@@ -32,6 +32,7 @@ describe("the route id rule (ToASCII, then drop one trailing dot)", () => {
     assert.equal(ok("App.Bücher.example."), "app.xn--bcher-kva.example");
     assert.equal(ok("*.Example.COM"), "*.example.com");
     assert.equal(ok("xn--bcher-kva.example"), "xn--bcher-kva.example");
+    assert.equal(ok("XN--BCHER-KVA.example"), "xn--bcher-kva.example");
     assert.equal(ok("ideo-trailing.test\u3002"), "ideo-trailing.test");
     assert.equal(ok("a\uFF0Eb\uFF61c"), "a.b.c");
     assert.equal(ok("ＡＢＣ.example"), "abc.example");
@@ -59,6 +60,9 @@ describe("the route id rule (ToASCII, then drop one trailing dot)", () => {
       `${"a".repeat(64)}.test`,
       `${"a.".repeat(126)}ab`,
       "xn--a.test",
+      "xn--zz.test",
+      "xn--a-.test",
+      "xn--BCHER-KVA.xn--a.test",
       "a b.test",
       "a\tb.test",
       "127.1",

@@ -5,8 +5,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { CaddyUnavailableError } from "../../src/proxy/caddy-admin.js";
+import { freePort } from "../../support/loopback.js";
 import { buildTestApp } from "../helpers/app.js";
-import { freePort, startCaddy } from "../helpers/caddy.js";
+import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver, startUpstream, viaProxy } from "../helpers/http.js";
 
 const route = (domain: string, port: number) => ({ domain, upstreams: [{ dial: `127.0.0.1:${port}` }] });
