@@ -16,7 +16,7 @@ die() {
 }
 
 [ "$(uname -m)" = x86_64 ] || die "builds amd64/x86_64 packages only, on an x86_64 machine (README: Packages, arm64)"
-for tool in dpkg-deb dpkg-shlibdeps rpmbuild fakeroot gzip; do
+for tool in dpkg-deb dpkg-shlibdeps rpmbuild strip gzip; do
   command -v "$tool" >/dev/null || die "$tool is missing: run scripts/install.sh --test"
 done
 # The runtime the project runs on (scripts/runtime.env) is the one the package bundles.
@@ -63,6 +63,7 @@ mv "$work/modules/node_modules" "$lib/node_modules"
 bs="$lib/node_modules/better-sqlite3"
 rm -rf "$bs/deps" "$bs/src" "$bs/binding.gyp" "$bs/build"
 find "$bs/prebuilds" -type f ! -name linux-x64.node -delete
+strip --strip-unneeded --remove-section=.comment "$bs/prebuilds/linux-x64.node"
 (cd "$lib" && "$node" -e 'new (require("better-sqlite3"))(":memory:").prepare("select 1").get()') ||
   die "better-sqlite3 does not load in the bundled Node"
 # What the packages' authors ship besides their code (tests, benchmarks, examples, docs, dotfiles) goes;
