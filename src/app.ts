@@ -4,6 +4,9 @@ import Fastify, { type FastifyBaseLogger } from "fastify";
 import type { Logger } from "pino";
 import { DenyList } from "./events/egress.js";
 import { Outbox, outboxMigrations } from "./events/outbox.js";
+import { registerEventRoutes } from "./events/routes.js";
+import { registerHealthRoutes } from "./health/routes.js";
+import { HealthService, type SupervisedCaddy } from "./health/service.js";
 import { bearerTokenCheck, registerBearerAuth } from "./http/auth.js";
 import {
   answerExpectations,
@@ -56,6 +59,8 @@ export interface AppOptions {
   config: AppConfig;
   /** pino logger to use; tests pass a silent one. */
   logger: Logger;
+  /** The agent's own Caddy, started and supervised by server.ts; undefined with HOSTKEEPER_CADDY_ADMIN. */
+  embeddedCaddy?: SupervisedCaddy;
 }
 
 declare module "fastify" {
@@ -77,7 +82,7 @@ declare module "fastify" {
  * It does not listen (server.ts does), so tests build it and listen on port 0 or inject.
  * `config.proxy.caddyAdmin` must be resolved by now (server.ts starts the embedded Caddy first).
  */
-export async function buildApp({ config, logger }: AppOptions): Promise<App> {
+export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): Promise<App> {
   const { agent, events, proxy, system } = config;
   const caddyAddress = proxy.caddyAdmin;
   if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
@@ -151,6 +156,14 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
     dataDir: agent.dataDir,
     log: logger.child({ component: "operator" }),
   });
+  const health = new HealthService({
+    db,
+    caddyAdmin: caddyAddress,
+    server: proxy.caddyServer,
+    embedded: embeddedCaddy,
+    system: systemService,
+    operator,
+  });
   app.decorate("services", { db, outbox, routes, writer, operator });
 
   // JSON is the only body the API takes; anything else is 415 rather than a string failing validation.
@@ -166,11 +179,12 @@ export async function buildApp({ config, logger }: AppOptions): Promise<App> {
   await registerOpenApi(app);
   for (const s of [...proxySharedSchemas, ...operatorSharedSchemas]) app.addSchema(s);
 
-  app.get("/healthz", { schema: { hide: true }, config: { public: true } }, async () => ({ status: "ok" }));
+  registerHealthRoutes(app, health);
   app.get("/v1/openapi.json", { schema: { hide: true } }, async () => app.swagger());
   registerProxyRoutes(app, routes);
   registerSystemRoutes(app, systemService);
   registerOperatorRoutes(app, operator);
+  registerEventRoutes(app, outbox);
 
   app.addHook("onReady", async () => {
     outbox.start();

@@ -29,7 +29,7 @@ export const agentSettings = {
     key: "token",
     env: "HOSTKEEPER_TOKEN",
     area: "agent",
-    doc: "Bearer token for every endpoint but `GET /healthz`. When unset, one is generated at first start into `<data dir>/token` (mode 0600).",
+    doc: "Bearer token for every endpoint but the probes `GET /healthz` and `GET /readyz`. When unset, one is generated at first start into `<data dir>/token` (mode 0600).",
     defaultText: "generated",
     default: undefined as string | undefined,
     parse: (raw) => {

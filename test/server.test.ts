@@ -1,96 +1,11 @@
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { projectRoot } from "../src/paths.js";
-import { freePort, httpRequest } from "../support/loopback.js";
+import { freePort } from "../support/loopback.js";
 import { startReceiver, startUpstream } from "./helpers/http.js";
-
-interface Agent {
-  child: ChildProcess;
-  port: number;
-  log: () => string;
-  /** Resolves once the agent's output holds `text`; rejects if its output ends first, or after `ms`. */
-  waitForLog: (text: string, ms: number) => Promise<void>;
-  exited: Promise<number | null>;
-}
-
-const request = (port: number, method: string, path: string, token?: string, body?: unknown) =>
-  httpRequest(port, method, path, { body, headers: token ? { authorization: `Bearer ${token}` } : {} });
-
-async function startAgent(
-  t: { after: (fn: () => unknown) => void },
-  env: Record<string, string>,
-): Promise<Agent> {
-  const port = await freePort();
-  const child = spawn(process.execPath, [join(projectRoot(), "dist/src/cli/main.js"), "serve"], {
-    env: {
-      PATH: process.env.PATH,
-      HOSTKEEPER_LISTEN: `127.0.0.1:${port}`,
-      HOSTKEEPER_LOG_LEVEL: "info",
-      ...env,
-    },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let log = "";
-  const onOutput = new Set<() => void>();
-  const append = (d: Buffer) => {
-    log += d.toString();
-    for (const check of onOutput) check();
-  };
-  child.stdout?.on("data", append);
-  child.stderr?.on("data", append);
-  // A line the agent wrote may still be on its way through the pipe when the agent answers a request.
-  const waitForLog = (text: string, ms: number) =>
-    new Promise<void>((resolve, reject) => {
-      const finish = (err?: Error) => {
-        clearTimeout(timer);
-        onOutput.delete(check);
-        child.off("close", closed);
-        if (err) reject(err);
-        else resolve();
-      };
-      const check = () => {
-        if (log.includes(text)) finish();
-      };
-      const closed = () =>
-        finish(new Error(`the agent's output ended without ${JSON.stringify(text)}:\n${log}`));
-      const timer = setTimeout(
-        () => finish(new Error(`no ${JSON.stringify(text)} in the agent's output within ${ms} ms:\n${log}`)),
-        ms,
-      );
-      onOutput.add(check);
-      child.once("close", closed);
-      check();
-    });
-  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
-  t.after(() => {
-    if (child.exitCode === null && child.signalCode === null) process.kill(child.pid as number, "SIGKILL");
-  });
-  const end = Date.now() + 20_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`agent exited: ${log}`);
-    try {
-      if ((await request(port, "GET", "/healthz")).status === 200) break;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > end) throw new Error(`agent did not start: ${log}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return { child, port, log: () => log, waitForLog, exited };
-}
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
+import { alive, killEmbeddedCaddys, request, startAgent } from "./helpers/serve.js";
 
 test("embedded defaults: generated token, own Caddy that outlives the agent, routes that survive restarts, graceful stop", async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), "hk-server-"));
@@ -102,11 +17,8 @@ test("embedded defaults: generated token, own Caddy that outlives the agent, rou
     HOSTKEEPER_WEBHOOK_FIRST_ATTEMPT_TIMEOUT_MS: "30000",
   };
   const pidFile = join(dataDir, "caddy", "caddy.pid");
-  t.after(() => {
-    if (existsSync(pidFile)) {
-      const pid = Number(readFileSync(pidFile, "utf8"));
-      if (pid > 0 && alive(pid)) process.kill(pid, "SIGKILL");
-    }
+  t.after(async () => {
+    await killEmbeddedCaddys(dataDir);
     rmSync(dataDir, { recursive: true, force: true });
   });
 

@@ -12,6 +12,14 @@ export class CliFailure extends Error {
   }
 }
 
+/** The agent could not be reached, or did not answer in time. */
+export class AgentUnreachable extends CliFailure {
+  constructor(message: string) {
+    super(message);
+    this.name = "AgentUnreachable";
+  }
+}
+
 /** The agent answered with an error status; `text` is its body as it came (a problem, normally). */
 export class ApiProblem extends CliFailure {
   constructor(
@@ -130,13 +138,13 @@ export class AgentClient {
         clearTimeout(timer);
         if (timedOut)
           reject(
-            new CliFailure(
+            new AgentUnreachable(
               `the agent at ${where} did not answer ${method} ${path} within ${this.timeoutMs / 1000} s (see --timeout)`,
             ),
           );
         else if (err.code === "ECONNREFUSED")
-          reject(new CliFailure(`the agent is not running at ${where} (connection refused)`));
-        else reject(new CliFailure(`cannot reach the agent at ${where}: ${err.code ?? err.message}`));
+          reject(new AgentUnreachable(`the agent is not running at ${where} (connection refused)`));
+        else reject(new AgentUnreachable(`cannot reach the agent at ${where}: ${err.code ?? err.message}`));
       };
       const req = http.request(
         { host: this.address.host, port: this.address.port, method, path, headers, agent: false },

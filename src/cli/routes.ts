@@ -1,5 +1,4 @@
-import { ApiError, problemBody } from "../http/errors.js";
-import { ApiProblem, connect } from "./agent.js";
+import { connect } from "./agent.js";
 import { type Command, UsageError, usageLine } from "./args.js";
 import { cell, fields, print, table } from "./output.js";
 
@@ -77,18 +76,11 @@ const get: Command = {
   args: "<id>",
   positionals: { min: 1, max: 1 },
   summary: "Show one route, by its @id.",
-  details: ["The agent has no single-route GET yet: this reads the list and picks the route."],
   timeoutSeconds: 30,
   run: async (inv) => {
     const id = inv.positionals[0] as string;
-    const answer = await connect(inv.timeoutMs).call("GET", "/v1/proxy/routes");
-    const route = (JSON.parse(answer.text) as CaddyRoute[]).find((r) => r["@id"] === id);
-    if (!route) {
-      // The problem the API answers for an unknown id elsewhere (PUT, DELETE).
-      const problem = new ApiError("route_not_found", `the managed server has no route with @id ${id}`);
-      throw new ApiProblem(problem.status, JSON.stringify(problemBody(problem)));
-    }
-    print(inv.json ? JSON.stringify(route) : routeFields(route));
+    const answer = await connect(inv.timeoutMs).call("GET", `/v1/proxy/routes/${encodeURIComponent(id)}`);
+    print(inv.json ? answer.text : routeFields(JSON.parse(answer.text) as CaddyRoute));
     return 0;
   },
 };

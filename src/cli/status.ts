@@ -1,7 +1,9 @@
+import type { AgentStatus, Readiness } from "../health/schemas.js";
 import { packageVersion } from "../paths.js";
 import {
   type AgentAnswer,
   type AgentClient,
+  AgentUnreachable,
   CliFailure,
   connect,
   problemLine,
@@ -10,7 +12,7 @@ import {
 import { type Command, positiveSeconds } from "./args.js";
 import { fields, print } from "./output.js";
 
-/** One part of the report: the API's answer as it came (parsed), or why there is none. */
+/** One answer of the API (parsed), or why there is none. */
 interface Part {
   /** HTTP status of the answer; null when there was none. */
   status: number | null;
@@ -20,13 +22,20 @@ interface Part {
 }
 
 export interface StatusReport {
+  /** The CLI's own; the agent's are in `status.body.versions`. */
   versions: { hostkeeper: string; node: string };
-  agent: Part & { address: string };
-  caddy: Part;
-  operator: Part;
+  agent: { address: string };
+  /** GET /v1/status. */
+  status: Part;
+  /**
+   * GET /readyz, which needs no token: asked only when GET /v1/status gave no answer while the agent is
+   * reachable (the token cannot be read, or is refused), so the report still says whether the agent is ready.
+   */
+  readiness: Part | null;
 }
 
-async function part(ask: () => Promise<AgentAnswer>): Promise<Part> {
+/** The answer; `reached` is false when the agent could not be reached at all. */
+async function part(ask: () => Promise<AgentAnswer>): Promise<{ part: Part; reached: boolean }> {
   try {
     const { status, text } = await ask();
     let body: unknown = text;
@@ -35,38 +44,34 @@ async function part(ask: () => Promise<AgentAnswer>): Promise<Part> {
     } catch {
       // kept as text
     }
-    return { status, body, error: status >= 400 ? problemLine(status, text) : null };
+    // /readyz answers 503 with its checks, not a problem: its body says what failed.
+    const error = status >= 400 && status !== 503 ? problemLine(status, text) : null;
+    return { part: { status, body, error }, reached: true };
   } catch (err) {
-    if (err instanceof CliFailure) return { status: null, body: null, error: err.message };
+    if (err instanceof CliFailure)
+      return {
+        part: { status: null, body: null, error: err.message },
+        reached: !(err instanceof AgentUnreachable),
+      };
     throw err;
   }
 }
 
-const unknown = (why: string): Part => ({ status: null, body: null, error: why });
-
-/**
- * The agent's state, from what it serves today: GET /healthz (no token needed), GET /v1/proxy/routes (Caddy
- * reachable, or 503) and GET /v1/operator/running-instance. When the agent serves one GET /v1/status, this
- * function is what changes; the report keeps its shape.
- */
+/** The agent's state from GET /v1/status; from GET /readyz alone when the status cannot be had. */
 export async function gatherStatus(client: AgentClient): Promise<StatusReport> {
   const versions = { hostkeeper: packageVersion(), node: process.version };
-  const health = await part(() => client.request("GET", "/healthz", { auth: false }));
-  const agent = { address: showAddress(client.address), ...health };
-  if (health.status === null) {
-    const why = "unknown: the agent is not reachable";
-    return { versions, agent, caddy: unknown(why), operator: unknown(why) };
-  }
-  const [caddy, operator] = await Promise.all([
-    part(() => client.request("GET", "/v1/proxy/routes")),
-    part(() => client.request("GET", "/v1/operator/running-instance")),
-  ]);
-  return { versions, agent, caddy, operator };
+  const agent = { address: showAddress(client.address) };
+  const { part: status, reached } = await part(() => client.request("GET", "/v1/status"));
+  const readiness =
+    status.status !== 200 && reached
+      ? (await part(() => client.request("GET", "/readyz", { auth: false }))).part
+      : null;
+  return { versions, agent, status, readiness };
 }
 
 /**
- * Waits up to `ms` for the agent to answer its health check with 200: an agent that is still starting
- * refuses connections. Resolves either way; the report that follows says what is wrong.
+ * Waits up to `ms` for the agent to answer its liveness check (GET /healthz) with 200: an agent that is
+ * still starting refuses connections. Resolves either way; the report that follows says what is wrong.
  */
 export async function waitForAgent(client: AgentClient, ms: number): Promise<void> {
   const deadline = Date.now() + ms;
@@ -82,33 +87,88 @@ export async function waitForAgent(client: AgentClient, ms: number): Promise<voi
   }
 }
 
-/** Healthy: the agent answers its health check and Caddy answers the agent. */
-export const healthy = (r: StatusReport) => r.agent.status === 200 && r.caddy.status === 200;
+const statusBody = (r: StatusReport) =>
+  r.status.status === 200 ? (r.status.body as AgentStatus) : undefined;
+
+function readinessOf(r: StatusReport): Readiness | undefined {
+  const s = statusBody(r);
+  if (s) return s.readiness;
+  const b = r.readiness?.body as Readiness | undefined;
+  return typeof b === "object" && b !== null && "checks" in b ? b : undefined;
+}
+
+/** Healthy: the agent answers and is ready (its database, Caddy's admin API and the listeners answer). */
+export const healthy = (r: StatusReport) => readinessOf(r)?.status === "ready";
+
+const plural = (n: number, one: string) => `${n} ${one}${n === 1 ? "" : "s"}`;
+
+function duration(seconds: number): string {
+  const d = Math.floor(seconds / 86_400);
+  const h = Math.floor((seconds % 86_400) / 3600);
+  const m = Math.floor((seconds % 3600) / 60);
+  if (d > 0) return `${d}d ${h}h`;
+  if (h > 0) return `${h}h ${m}m`;
+  if (m > 0) return `${m}m ${seconds % 60}s`;
+  return `${seconds}s`;
+}
+
+function readinessText(x: Readiness): string {
+  if (x.status === "ready") return "ready";
+  const failing = Object.entries(x.checks).filter(([, c]) => c.status !== "ok");
+  return `not ready: ${failing.map(([name, c]) => `${name}: ${c.detail}`).join("; ")}`;
+}
+
+function describeFull(r: StatusReport, s: AgentStatus): string {
+  const c = s.caddy;
+  const caddyLine = [
+    c.mode,
+    c.state,
+    ...(c.pid === null ? [] : [`pid ${c.pid}`]),
+    s.routes.count === null ? "routes unknown" : plural(s.routes.count, "route"),
+    ...(c.mode === "embedded"
+      ? [`${plural(c.restarts, "restart")}${c.last_exit_at ? ` (last exit ${c.last_exit_at})` : ""}`]
+      : []),
+  ].join(", ");
+  const u = s.updates;
+  const pm = s.versions.package_manager;
+  const updates =
+    u.last_check_at === null
+      ? "never checked"
+      : `last checked ${u.last_check_at}: ${u.security_updates} security, ${u.regular_updates} regular${u.reboot_required ? ", reboot required" : ""}`;
+  const i = s.operator.active_instance;
+  const operator =
+    i === null
+      ? "none installed"
+      : `${i.version} (${i.slot})${i.pid === null ? "" : `, pid ${i.pid}`}${i.port === null ? "" : `, port ${i.port}`}${i.running ? ", running" : ", not running"}`;
+  return fields([
+    [
+      "agent",
+      `running at ${r.agent.address}, up ${duration(s.uptime_seconds)}, ${readinessText(s.readiness)}`,
+    ],
+    ["caddy", caddyLine],
+    ["outbox", `${s.outbox.pending} pending, ${s.outbox.dead} dead`],
+    ["updates", `${pm.name}${pm.version ? ` ${pm.version}` : ""}, ${updates}`],
+    ["operator", operator],
+    [
+      "versions",
+      `hostkeeper ${s.versions.agent}, node ${s.versions.node}${s.versions.caddy ? `, caddy ${s.versions.caddy}` : ""}`,
+    ],
+  ]);
+}
 
 function describe(r: StatusReport): string {
+  const s = statusBody(r);
+  if (s) return describeFull(r, s);
+  const x = readinessOf(r);
   const agent =
-    r.agent.status === 200
-      ? `running at ${r.agent.address}, healthy`
-      : r.agent.status === null
-        ? (r.agent.error ?? "")
-        : `unhealthy at ${r.agent.address}: ${r.agent.error}`;
-  const caddy =
-    r.caddy.status === 200 && Array.isArray(r.caddy.body)
-      ? `reachable, ${r.caddy.body.length} route${r.caddy.body.length === 1 ? "" : "s"}`
-      : r.caddy.status === 503
-        ? `unavailable: ${r.caddy.error}`
-        : (r.caddy.error ?? "");
-  const i = r.operator.body as { slot?: string; version?: string; pid?: number; port?: number };
-  const operator =
-    r.operator.status === 200
-      ? `${i.version} (${i.slot}), pid ${i.pid}, port ${i.port}, healthy`
-      : r.operator.status === 503
-        ? `no running instance: ${r.operator.error}`
-        : (r.operator.error ?? "");
+    r.readiness === null
+      ? (r.status.error ?? "")
+      : x
+        ? `running at ${r.agent.address}, ${readinessText(x)}`
+        : `running at ${r.agent.address}, readiness unknown: ${r.readiness.error ?? r.readiness.status}`;
   return fields([
     ["agent", agent],
-    ["caddy", caddy],
-    ["operator", operator],
+    ["status", r.readiness === null ? "unknown: the agent is not reachable" : `unknown: ${r.status.error}`],
     ["versions", `hostkeeper ${r.versions.hostkeeper}, node ${r.versions.node}`],
   ]);
 }
@@ -116,12 +176,12 @@ function describe(r: StatusReport): string {
 const status: Command = {
   words: ["status"],
   positionals: { min: 0, max: 0 },
-  summary: "Show the agent's health, whether Caddy answers it, the operator instance and versions.",
+  summary: "Show the agent's status: readiness, Caddy, routes, callbacks, updates, operator, versions.",
   details: [
-    "Exit code 0 when the agent is healthy and Caddy answers it, 1 otherwise (an operator without a running",
-    "instance is reported, not failed). The version is this installation's: the CLI and the agent ship together.",
-    "With --json: {versions, agent, caddy, operator}, each part with the API's status and body as it came.",
-    "With --wait, the report comes once the agent answers its health check, or once the wait is over.",
+    "GET /v1/status; without a usable token, GET /readyz (which needs none) for the agent's readiness alone.",
+    "Exit code 0 when the agent is ready (its database, Caddy's admin API and Caddy's listeners answer), 1",
+    "otherwise. With --json: {versions, agent, status, readiness}, each answer with its status and body as it came.",
+    "With --wait, the report comes once the agent answers at all (GET /healthz), or once the wait is over.",
   ],
   options: [
     {

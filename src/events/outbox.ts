@@ -34,6 +34,14 @@ export const outboxMigrations: Migration[] = [
         PRIMARY KEY (event_id, attempt)
       );`,
   },
+  {
+    // A redelivered event starts the retry schedule again without renumbering its attempts, which stay
+    // recorded: the schedule counts the attempts made since `schedule_offset`.
+    name: "events.002_redelivery",
+    sql: `
+      ALTER TABLE outbox_events ADD COLUMN schedule_offset INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE outbox_events ADD COLUMN redelivered_at TEXT;`,
+  },
 ];
 
 export type EventState = "pending" | "delivered" | "dead";
@@ -50,7 +58,28 @@ export interface OutboxEvent {
   created_at: string;
   delivered_at: string | null;
   last_error: string | null;
+  /** Attempts made before the last redelivery; the retry schedule counts from here. */
+  schedule_offset: number;
+  redelivered_at: string | null;
 }
+
+export interface OutboxAttempt {
+  attempt: number;
+  started_at: string;
+  duration_ms: number;
+  status_code: number | null;
+  error: string | null;
+}
+
+export interface EventFilter {
+  state?: EventState;
+  type?: string;
+  limit: number;
+}
+
+export type RedeliverResult =
+  | { ok: true; event: OutboxEvent }
+  | { ok: false; reason: "not_found" | "pending"; event?: OutboxEvent };
 
 export interface OutboxOptions {
   secret: string;
@@ -96,6 +125,9 @@ export class Outbox {
   private readonly recordAttempt;
   private readonly updateAfterAttempt;
   private readonly byId;
+  private readonly listed;
+  private readonly attemptsOfIds;
+  private readonly markRedelivered;
 
   constructor(
     private readonly db: Db,
@@ -124,6 +156,19 @@ export class Outbox {
          delivered_at = @delivered_at, last_error = @last_error WHERE id = @id`,
     );
     this.byId = db.prepare("SELECT * FROM outbox_events WHERE id = ?");
+    // Newest first in the order written (rowid), which needs no sort however many events are kept.
+    this.listed = db.prepare(
+      `SELECT * FROM outbox_events WHERE (@state IS NULL OR state = @state) AND (@type IS NULL OR type = @type)
+       ORDER BY rowid DESC LIMIT @limit`,
+    );
+    this.attemptsOfIds = db.prepare(
+      `SELECT event_id, attempt, started_at, duration_ms, status_code, error FROM outbox_attempts
+       WHERE event_id IN (SELECT value FROM json_each(?)) ORDER BY event_id, attempt`,
+    );
+    this.markRedelivered = db.prepare(
+      `UPDATE outbox_events SET state = 'pending', next_attempt_at = @now, schedule_offset = attempts,
+         redelivered_at = @at, delivered_at = NULL WHERE id = @id AND state != 'pending'`,
+    );
   }
 
   /** Writes an event; call inside the transaction that records the change it reports. Returns its id. */
@@ -147,10 +192,41 @@ export class Outbox {
     return this.byId.get(id) as OutboxEvent | undefined;
   }
 
-  attempts(id: string): { attempt: number; status_code: number | null; error: string | null }[] {
-    return this.db
-      .prepare("SELECT attempt, status_code, error FROM outbox_attempts WHERE event_id = ? ORDER BY attempt")
-      .all(id) as { attempt: number; status_code: number | null; error: string | null }[];
+  /** Every attempt of the event, oldest first. */
+  attempts(id: string): OutboxAttempt[] {
+    return this.attemptsOfIds.all(JSON.stringify([id])).map((row) => {
+      const { event_id: _, ...attempt } = row as OutboxAttempt & { event_id: string };
+      return attempt;
+    });
+  }
+
+  /** Events, newest first, with every attempt of each (oldest attempt first). */
+  list(filter: EventFilter): { event: OutboxEvent; attempts: OutboxAttempt[] }[] {
+    const events = this.listed.all({
+      state: filter.state ?? null,
+      type: filter.type ?? null,
+      limit: filter.limit,
+    }) as OutboxEvent[];
+    const byEvent = new Map<string, OutboxAttempt[]>(events.map((e) => [e.id, []]));
+    const rows = this.attemptsOfIds.all(JSON.stringify(events.map((e) => e.id))) as (OutboxAttempt & {
+      event_id: string;
+    })[];
+    for (const { event_id, ...attempt } of rows) byEvent.get(event_id)?.push(attempt);
+    return events.map((event) => ({ event, attempts: byEvent.get(event.id) ?? [] }));
+  }
+
+  /**
+   * Sends a delivered or dead event again: same id (the receiver's idempotency key) and body, pending now,
+   * with the whole retry schedule ahead of it. An event still pending is left to its schedule.
+   */
+  redeliver(id: string): RedeliverResult {
+    const now = new Date();
+    const changed = this.markRedelivered.run({ id, now: now.getTime(), at: now.toISOString() }).changes;
+    const event = this.get(id);
+    if (!event) return { ok: false, reason: "not_found" };
+    if (changed === 0) return { ok: false, reason: "pending", event };
+    this.kick();
+    return { ok: true, event };
   }
 
   /**
@@ -164,7 +240,11 @@ export class Outbox {
     if (!this.mayStart(ev)) return false;
     const attempt = this.attemptLogged(ev, timeoutMs);
     this.firstAttempts.add(attempt);
-    void attempt.then(() => this.firstAttempts.delete(attempt));
+    void attempt.then(() => {
+      this.firstAttempts.delete(attempt);
+      // Later events of its key may have been written meanwhile and wait for this one: the worker takes them.
+      if (ev.ordering_key) this.schedule(0);
+    });
     return attempt;
   }
 
@@ -281,7 +361,8 @@ export class Outbox {
     }
     const ok = error === null;
     // 410 Gone: the receiver says it will never want this; stop without exhausting the schedule.
-    const delay = ok || statusCode === 410 ? undefined : this.nextDelayMs(attemptNo, retryAfter);
+    const delay =
+      ok || statusCode === 410 ? undefined : this.nextDelayMs(attemptNo - ev.schedule_offset, retryAfter);
     const state: EventState = ok ? "delivered" : delay === undefined ? "dead" : "pending";
     this.db.transaction(() => {
       this.recordAttempt.run(

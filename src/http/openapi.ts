@@ -5,7 +5,7 @@ import { ProblemSchema } from "./schemas.js";
 export const apiDescription = `Host-management agent. Every endpoint requires \`Authorization: Bearer <token>\`; a missing or wrong token is 401.
 Every error is an RFC 9457 \`application/problem+json\` body with \`type\` (\`urn:hostkeeper:problem:<code>\`),
 \`title\`, \`status\`, \`detail\` and \`code\`; validation errors list each offending field in \`errors\`.
-Unknown request fields are rejected. Callbacks (\`route_backup\`, \`operator_update\`) are JSON POSTs signed
+Unknown request fields are rejected. Callbacks (\`route_backup\`, \`route_change\`, \`operator_update\`) are JSON POSTs signed
 as Standard Webhooks (\`webhook-id\`, \`webhook-timestamp\`, \`webhook-signature\`); see the README.`;
 
 /**

@@ -1,29 +1,11 @@
 import { spawn } from "node:child_process";
-import { accessSync, closeSync, constants, mkdirSync, openSync, readFileSync } from "node:fs";
+import { accessSync, closeSync, constants, mkdirSync, openSync } from "node:fs";
 import http from "node:http";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import { signalGroup } from "../util/processes.js";
+import { processStartTime, signalGroup } from "../util/processes.js";
 import { UpdateFailure } from "./failure.js";
 import type { ProcessRecord, Slot } from "./store.js";
-
-/**
- * The kernel's start time of a live process (field 22 of `/proc/<pid>/stat`), or undefined when there is no
- * such process or it is a zombie. With the PID it identifies a process across agent restarts: a PID the
- * kernel gave to another process since has another start time.
- */
-export function processStartTime(pid: number): string | undefined {
-  let stat: string;
-  try {
-    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  } catch {
-    return undefined;
-  }
-  // The command name (field 2) may hold spaces and parentheses; the fields after its last ")" do not.
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  if (fields[0] === "Z" || fields[0] === "X") return undefined;
-  return fields[19];
-}
 
 export function isRunning(p: { pid: number | null; proc_start: string | null }): boolean {
   return p.pid !== null && p.proc_start !== null && processStartTime(p.pid) === p.proc_start;

@@ -136,9 +136,35 @@ export const RunningInstanceSchema = Type.Object(
 );
 export type RunningInstance = Static<typeof RunningInstanceSchema>;
 
+export const ActiveInstanceSchema = Type.Object(
+  {
+    slot: SlotSchema,
+    version: Type.String(),
+    port: Type.Union([Type.Integer(), Type.Null()], { description: "Loopback port of its last start." }),
+    pid: Type.Union([Type.Integer(), Type.Null()], { description: "PID of its last start." }),
+    running: Type.Boolean({ description: "Whether that process runs now (no health check)." }),
+    started_at: Type.Union([Type.String(), Type.Null()]),
+    update_process_id: Type.Union([Type.String(), Type.Null()], {
+      description: "The update that installed this version.",
+    }),
+  },
+  {
+    additionalProperties: false,
+    $id: "OperatorActiveInstance",
+    title: "OperatorActiveInstance",
+    description: "The operator instance the operator's route points at, as the agent recorded it.",
+  },
+);
+export type ActiveInstance = Static<typeof ActiveInstanceSchema>;
+
 export const UpdateIdParamsSchema = Type.Object(
   { update_process_id: Type.String({ minLength: 1, maxLength: 256 }) },
   { additionalProperties: false },
 );
 
-export const operatorSharedSchemas = [OperatorUpdateRequestSchema, UpdateStatusSchema, RunningInstanceSchema];
+export const operatorSharedSchemas = [
+  OperatorUpdateRequestSchema,
+  UpdateStatusSchema,
+  RunningInstanceSchema,
+  ActiveInstanceSchema,
+];

@@ -16,7 +16,13 @@ import { type UpdateErrorCode, UpdateFailure } from "./failure.js";
 import { moveIntoPlace } from "./files.js";
 import { checkHealth, Instances, isRunning } from "./instances.js";
 import { RouteSync } from "./route-sync.js";
-import type { OperatorUpdateRequest, RunningInstance, UpdateState, UpdateStatus } from "./schemas.js";
+import type {
+  ActiveInstance,
+  OperatorUpdateRequest,
+  RunningInstance,
+  UpdateState,
+  UpdateStatus,
+} from "./schemas.js";
 import { Slots } from "./slots.js";
 import { ArtifactSource, sourceProblem } from "./source.js";
 import { OperatorStore, otherSlot, type Slot, type UpdateRow } from "./store.js";
@@ -230,6 +236,24 @@ export class OperatorService {
       pid: a.pid,
       started_at: a.started_at ?? "",
       health: { status: "healthy", checked_at: new Date().toISOString() },
+      update_process_id: a.update_id,
+    };
+  }
+
+  /**
+   * The instance the operator's route points at as recorded, and whether its process runs; no health check,
+   * so it answers at once (GET /v1/status). Null when no operator is installed.
+   */
+  activeInstance(): ActiveInstance | null {
+    const a = this.store.active();
+    if (!a?.version) return null;
+    return {
+      slot: a.slot,
+      version: a.version,
+      port: a.port,
+      pid: a.pid,
+      running: isRunning(a),
+      started_at: a.started_at,
       update_process_id: a.update_id,
     };
   }

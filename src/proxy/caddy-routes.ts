@@ -165,6 +165,15 @@ export class CaddyRoutes {
     this.cache = check;
   }
 
+  /** Creates the managed server, without routes, when Caddy's config has none; true when it did. */
+  async ensureServer(): Promise<boolean> {
+    this.cache = undefined;
+    const state = await this.read();
+    if (state.serverExists) return false;
+    await this.createServer(state, [], state.etag);
+    return true;
+  }
+
   /** Missing intermediate keys read as 400 ("invalid traversal path"); confirm the server is really absent. */
   private async serverMissing(status: number): Promise<boolean> {
     if (status !== 400 && status !== 404) return false;

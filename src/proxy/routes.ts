@@ -1,9 +1,24 @@
 import { Type } from "@sinclair/typebox";
+import type { FastifyRequest } from "fastify";
 import { BODY_OPTIONAL } from "../http/openapi.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
-import { RouteIdParamsSchema, type RouteWriteRequest } from "./schemas.js";
-import type { RouteService } from "./service.js";
+import {
+  RouteHistoryQuerySchema,
+  RouteIdParamsSchema,
+  type RouteRestoreRequest,
+  type RouteWriteRequest,
+} from "./schemas.js";
+import type { ChangeContext, RouteService } from "./service.js";
+
+/** The caller's `x-request-id` (bounded), else the agent's own id for the request: recorded with the change. */
+function changeContext(request: FastifyRequest): ChangeContext {
+  const header = request.headers["x-request-id"];
+  return { requestId: typeof header === "string" && header !== "" ? header.slice(0, 200) : request.id };
+}
+
+/** Where a route is read: the `Location` of a create. */
+export const routeLocation = (id: string) => `/v1/proxy/routes/${encodeURIComponent(id)}`;
 
 const RouteRef = Type.Ref("Route");
 /** What replace and delete can answer besides success. */
@@ -52,7 +67,15 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
           "Creates a reverse-proxy route for `domain`. The route `@id` is the normalised domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
         body: Type.Ref("RouteWriteRequest"),
         response: {
-          201: jsonContent(RouteRef, "The route as written to Caddy."),
+          201: {
+            ...jsonContent(RouteRef, "The route as written to Caddy."),
+            headers: {
+              location: {
+                type: "string",
+                description: "Where the route is read: `/v1/proxy/routes/{route_id}`.",
+              },
+            },
+          },
           ...problemResponses(
             "validation_failed",
             "malformed_body",
@@ -66,9 +89,91 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
       },
     },
     async (request, reply) => {
-      const route = await service.create(request.body);
-      return reply.code(201).send(route);
+      const route = await service.create(request.body, changeContext(request));
+      return reply
+        .code(201)
+        .header("location", routeLocation(String(route["@id"])))
+        .send(route);
     },
+  );
+
+  app.get<{ Params: { route_id: string } }>(
+    "/v1/proxy/routes/:route_id",
+    {
+      schema: {
+        tags: ["proxy"],
+        operationId: "getRoute",
+        summary: "Get one route",
+        description:
+          "The route `route_id` of the managed server, as Caddy holds it now (a route the agent did not create included).",
+        params: RouteIdParamsSchema,
+        response: {
+          200: jsonContent(RouteRef, "The route."),
+          ...problemResponses("route_not_found", "proxy_unavailable"),
+        },
+      },
+    },
+    async (request) => service.get(request.params.route_id),
+  );
+
+  app.get<{ Params: { route_id: string }; Querystring: { limit?: string } }>(
+    "/v1/proxy/routes/:route_id/history",
+    {
+      schema: {
+        tags: ["proxy"],
+        operationId: "getRouteHistory",
+        summary: "List the changes recorded for a route",
+        description:
+          "Every change the agent made to the route (create, replace, delete, restore, and its own writes of the operator's route), newest first: when, by which request (`x-request-id`), with what outcome, the state it captured before Caddy was touched, what it wrote, and the ids of its callback events. At most `limit` (default 50). 404 when no change is recorded and the managed server has no such route; Caddy is asked only then.",
+        params: RouteIdParamsSchema,
+        querystring: RouteHistoryQuerySchema,
+        response: {
+          200: jsonContent(Type.Ref("RouteHistory"), "The changes, newest first."),
+          ...problemResponses("validation_failed", "route_not_found", "proxy_unavailable"),
+        },
+      },
+    },
+    async (request) => ({
+      changes: await service.history(request.params.route_id, Number(request.query.limit ?? 50)),
+    }),
+  );
+
+  app.post<{ Body: RouteRestoreRequest; Params: { route_id: string } }>(
+    "/v1/proxy/routes/:route_id/restore",
+    {
+      schema: {
+        tags: ["proxy"],
+        operationId: "restoreRoute",
+        summary: "Put back the state a change captured",
+        description:
+          "Puts back the route state captured by the change `change_id` of this route, as a change of its own (in the history, with its own backup and, with `callback_url`, its own `route_backup` and `route_change` events). The change decides what happens: one that created the route (no previous state) is undone by removing the route; one that deleted it, by creating the captured route again; one that replaced it, by replacing the current route with the captured one. 409 when that does not fit the route as it is now: removing or replacing a route the managed server no longer has, or re-creating one whose `@id` is in use in Caddy's config again. 404 when the route has no recorded change or `change_id` is not one of its changes; 403 for the operator's route.",
+        params: RouteIdParamsSchema,
+        body: Type.Ref("RouteRestoreRequest"),
+        response: {
+          200: jsonContent(Type.Ref("RouteRestoreResult"), "What the restore did."),
+          ...problemResponses(
+            "validation_failed",
+            "malformed_body",
+            "operator_route_immutable",
+            "route_not_found",
+            "change_not_found",
+            "restore_conflict",
+            "payload_too_large",
+            "unsupported_media_type",
+            "proxy_unavailable",
+            "proxy_rejected_change",
+            "proxy_rollback_failed",
+          ),
+        },
+      },
+    },
+    async (request) =>
+      service.restore(
+        request.params.route_id,
+        request.body.change_id,
+        request.body.callback_url,
+        changeContext(request),
+      ),
   );
 
   app.put<{ Body: RouteWriteRequest; Params: { route_id: string } }>(
@@ -88,7 +193,7 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
         },
       },
     },
-    async (request) => service.replace(request.params.route_id, request.body),
+    async (request) => service.replace(request.params.route_id, request.body, changeContext(request)),
   );
 
   app.delete<{ Body: { callback_url?: string | null } | undefined; Params: { route_id: string } }>(
@@ -114,7 +219,7 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
       },
     },
     async (request, reply) => {
-      await service.delete(request.params.route_id, request.body?.callback_url);
+      await service.delete(request.params.route_id, request.body?.callback_url, changeContext(request));
       return reply.code(204).send();
     },
   );

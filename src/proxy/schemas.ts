@@ -106,6 +106,95 @@ export const RouteIdParamsSchema = Type.Object(
   { additionalProperties: false },
 );
 
+export const RouteHistoryQuerySchema = Type.Object(
+  {
+    limit: Type.Optional(
+      Type.String({
+        pattern: "^(?:[1-9][0-9]{0,2}|1000)$",
+        description: "How many changes to list, 1-1000; default 50.",
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const CHANGE_OPERATIONS = ["create", "replace", "delete", "restore", "put"] as const;
+export const CHANGE_OUTCOMES = [
+  "pending",
+  "interrupted",
+  "applied",
+  "refused",
+  "failed",
+  "rolled_back",
+  "rollback_failed",
+] as const;
+
+const RouteOrNull = (description: string) => Type.Union([Type.Ref("Route"), Type.Null()], { description });
+const IntegerOrNull = (description: string) => Type.Union([Type.Integer(), Type.Null()], { description });
+const StringOrNull = (description: string, format?: string) =>
+  Type.Union([Type.String(format === undefined ? {} : { format }), Type.Null()], { description });
+
+export const RouteChangeSchema = Type.Object(
+  {
+    change_id: Type.Integer({ minimum: 1, description: "The change's id; `change_id` of a restore." }),
+    route_id: Type.String(),
+    operation: StringEnum(CHANGE_OPERATIONS, {
+      description:
+        "`create`, `replace`, `delete` and `restore` through the API; `put` when the agent wrote the operator's route itself.",
+    }),
+    outcome: StringEnum(CHANGE_OUTCOMES, {
+      description:
+        "`pending`: being applied now; `interrupted`: the agent stopped while applying it (Caddy may or may not hold it); `applied`; `refused`: 404/409 found once the change was under way; `failed`: Caddy unreachable or refusing, nothing changed; `rolled_back`: failed after Caddy may have changed, and the previous state was put back; `rollback_failed`: putting it back failed too.",
+    }),
+    requested_at: Type.String({ format: "date-time" }),
+    finished_at: StringOrNull("Null while pending or interrupted.", "date-time"),
+    request_id: StringOrNull(
+      "The `x-request-id` header of the request that made the change, else the agent's id for that request; null for changes the agent made itself.",
+    ),
+    previous_route: RouteOrNull(
+      "The route as Caddy held it just before the change (captured before Caddy was touched); null when there was none.",
+    ),
+    requested_route: RouteOrNull(
+      "The route the change wrote, or tried to write; null for a change that removes the route.",
+    ),
+    restored_from: IntegerOrNull("For a restore, the change whose captured state it put back."),
+    error: StringOrNull("Why the change did not apply."),
+    backup_event_id: StringOrNull("The `route_backup` event sent for the change (see `GET /v1/events`)."),
+    change_event_id: StringOrNull("The `route_change` event sent once the change settled."),
+  },
+  { additionalProperties: false, $id: "RouteChange", title: "RouteChange" },
+);
+
+export const RouteHistorySchema = Type.Object(
+  { changes: Type.Array(Type.Ref("RouteChange"), { description: "Newest first." }) },
+  { additionalProperties: false, $id: "RouteHistory", title: "RouteHistory" },
+);
+
+export const RouteRestoreRequestSchema = Type.Object(
+  {
+    change_id: Type.Integer({
+      minimum: 1,
+      maximum: Number.MAX_SAFE_INTEGER,
+      description: "The change of this route whose captured previous state is put back (from its history).",
+    }),
+    callback_url: Type.Optional(CallbackUrlSchema),
+  },
+  { additionalProperties: false, $id: "RouteRestoreRequest", title: "RouteRestoreRequest" },
+);
+
+export const RouteRestoreResultSchema = Type.Object(
+  {
+    change_id: Type.Integer({ description: "The restore's own change id (in the route's history)." }),
+    restored_from: Type.Integer({ description: "The change whose captured state was put back." }),
+    action: StringEnum(["recreated", "replaced", "removed"], {
+      description:
+        "`recreated`: the change had removed the route, which is back; `replaced`: the change had replaced it, and its previous form is back; `removed`: the change had created it, and it is gone.",
+    }),
+    route: RouteOrNull("The route as written to Caddy; null when the restore removed it."),
+  },
+  { additionalProperties: false, $id: "RouteRestoreResult", title: "RouteRestoreResult" },
+);
+
 export const proxySharedSchemas = [
   UpstreamSchema,
   RouteMatchSchema,
@@ -113,7 +202,15 @@ export const proxySharedSchemas = [
   RouteSchema,
   RouteWriteRequestSchema,
   RouteDeleteRequestSchema,
+  RouteChangeSchema,
+  RouteHistorySchema,
+  RouteRestoreRequestSchema,
+  RouteRestoreResultSchema,
 ];
+
+export type ChangeOperation = (typeof CHANGE_OPERATIONS)[number];
+export type ChangeOutcome = (typeof CHANGE_OUTCOMES)[number];
+export type RouteRestoreRequest = { change_id: number; callback_url?: string | null };
 
 export type Upstream = Static<typeof UpstreamSchema>;
 export type RouteWriteRequest = {

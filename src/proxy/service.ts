@@ -7,7 +7,7 @@ import type { Db, Migration } from "../store/db.js";
 import { CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
 import { normalizeDomain, parseDial } from "./domain.js";
 import type { Op, RouteJson } from "./plan.js";
-import type { RouteWriteRequest } from "./schemas.js";
+import type { ChangeOperation, ChangeOutcome, RouteWriteRequest } from "./schemas.js";
 import type { ChangeResult, RouteWriter, WriteFailure } from "./writer.js";
 
 export const proxyMigrations: Migration[] = [
@@ -28,9 +28,99 @@ export const proxyMigrations: Migration[] = [
       );
       CREATE INDEX route_changes_route ON route_changes (route_id, id);`,
   },
+  {
+    // SQLite cannot widen a CHECK in place: the table is rebuilt (ids kept, so history and restores that
+    // name them stay right) to take restores, the caller's request id and the route_change event.
+    name: "proxy.002_history_and_restore",
+    sql: `
+      CREATE TABLE route_changes_v2 (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        operation TEXT NOT NULL CHECK (operation IN ('create', 'replace', 'delete', 'put', 'restore')),
+        route_id TEXT NOT NULL,
+        previous TEXT,
+        requested TEXT,
+        requested_at TEXT NOT NULL,
+        finished_at TEXT,
+        outcome TEXT NOT NULL CHECK (outcome IN ('pending', 'applied', 'refused', 'failed', 'rolled_back', 'rollback_failed')),
+        error TEXT,
+        event_id TEXT,
+        request_id TEXT,
+        restored_from INTEGER,
+        change_event_id TEXT
+      );
+      INSERT INTO route_changes_v2
+          (id, operation, route_id, previous, requested, requested_at, finished_at, outcome, error, event_id)
+        SELECT id, operation, route_id, previous, requested, requested_at, finished_at, outcome, error, event_id
+        FROM route_changes;
+      -- Ids are never given twice (AUTOINCREMENT): the new table goes on from the old one's high-water mark.
+      DELETE FROM sqlite_sequence WHERE name = 'route_changes_v2';
+      INSERT INTO sqlite_sequence (name, seq)
+        SELECT 'route_changes_v2', seq FROM sqlite_sequence WHERE name = 'route_changes';
+      DROP TABLE route_changes;
+      ALTER TABLE route_changes_v2 RENAME TO route_changes;
+      CREATE INDEX route_changes_route ON route_changes (route_id, id);`,
+  },
 ];
 
-type Operation = "create" | "replace" | "delete" | "put";
+/** Who asked for a change, recorded with it and sent in its events. */
+export interface ChangeContext {
+  /** The caller's `x-request-id`, else the agent's id for the request; null for the agent's own changes. */
+  requestId: string | null;
+}
+
+/** A row of `route_changes`. */
+interface ChangeRow {
+  id: number;
+  operation: ChangeOperation;
+  route_id: string;
+  previous: string | null;
+  requested: string | null;
+  requested_at: string;
+  finished_at: string | null;
+  outcome: Exclude<ChangeOutcome, "interrupted">;
+  error: string | null;
+  event_id: string | null;
+  request_id: string | null;
+  restored_from: number | null;
+  change_event_id: string | null;
+}
+
+/** A change as the history shows it. */
+export interface ChangeView {
+  change_id: number;
+  route_id: string;
+  operation: ChangeOperation;
+  outcome: ChangeOutcome;
+  requested_at: string;
+  finished_at: string | null;
+  request_id: string | null;
+  previous_route: RouteJson | null;
+  requested_route: RouteJson | null;
+  restored_from: number | null;
+  error: string | null;
+  backup_event_id: string | null;
+  change_event_id: string | null;
+}
+
+export interface RestoreResult {
+  change_id: number;
+  restored_from: number;
+  action: "recreated" | "replaced" | "removed";
+  route: RouteJson | null;
+}
+
+/** The outcome a `route_change` event reports. */
+type EventOutcome = "applied" | "failed" | "rolled_back" | "rollback_failed";
+
+/**
+ * The ordering key of a route's events to one receiver: its route_backup and route_change events are
+ * delivered one at a time in the order written, so the receiver sees a change's backup before its outcome.
+ * Per receiver too, so a receiver that is down holds up no other receiver of the route's events.
+ */
+export const routeEventKey = (routeId: string, url: string) => `route:${routeId} ${url}`;
+
+const parseRoute = (text: string | null): RouteJson | null =>
+  text === null ? null : (JSON.parse(text) as RouteJson);
 
 export interface RouteServiceOptions {
   db: Db;
@@ -124,7 +214,7 @@ function failureToError(f: WriteFailure, id: string, previous: RouteJson | null)
   }
 }
 
-const OUTCOME_OF: Record<WriteFailure["kind"], string> = {
+const OUTCOME_OF: Record<WriteFailure["kind"], Exclude<ChangeOutcome, "pending" | "interrupted">> = {
   exists: "refused",
   not_found: "refused",
   unavailable: "failed",
@@ -134,27 +224,69 @@ const OUTCOME_OF: Record<WriteFailure["kind"], string> = {
   rollback_failed: "rollback_failed",
 };
 
+const EVENT_OUTCOME_OF: Record<WriteFailure["kind"], EventOutcome> = {
+  exists: "failed",
+  not_found: "failed",
+  unavailable: "failed",
+  rejected: "failed",
+  prepare_failed: "failed",
+  rolled_back: "rolled_back",
+  rollback_failed: "rollback_failed",
+};
+
+/**
+ * The route as Caddy holds it once a change settled: the new one when it applied (null after a removal),
+ * the previous one when Caddy kept or got it back (null when there was none), null when the rollback failed
+ * and what Caddy holds is not known.
+ */
+function routeAfter(result: ChangeResult): RouteJson | null {
+  if (result.ok) return result.route;
+  return result.failure.kind === "rollback_failed" ? null : result.previous;
+}
+
+interface ChangeOptions {
+  callbackUrl: string | undefined;
+  ctx: ChangeContext;
+  /** For a restore: the change whose captured state it puts back. */
+  restoredFrom?: number;
+  /** The answer when the route is not where the change needs it (404/409 of the plan), if not the usual. */
+  conflict?: (kind: "exists" | "not_found") => ApiError;
+}
+
+/** What a restore does, from the states the restored change captured (see the README). */
+type RestorePlan = { op: Op; action: RestoreResult["action"] };
+
 /**
  * Route management: validates requests, keeps the operator's route out of reach of the API, records the
- * state each change replaces (and starts sending it as `route_backup`) before Caddy is touched, and hands the
- * change to the serialized writer.
+ * state each change replaces (and starts sending it as `route_backup`) before Caddy is touched, hands the
+ * change to the serialized writer, and records its outcome (with a `route_change` event) once it settled.
  */
 export class RouteService {
   private readonly insertChange;
   private readonly updatePrevious;
+  private readonly setBackupEvent;
   private readonly finishChange;
+  private readonly setChangeEvent;
+  private readonly changeById;
+  private readonly changesOf;
+  private readonly anyChangeOf;
+  /** Changes of this process not yet settled: a pending row not here was cut short by a stop of the agent. */
+  private readonly inFlight = new Set<number>();
 
   constructor(private readonly o: RouteServiceOptions) {
     this.insertChange = o.db.prepare(
-      `INSERT INTO route_changes (operation, route_id, previous, requested, requested_at, outcome, event_id)
-       VALUES (?, ?, ?, ?, ?, 'pending', ?)`,
+      `INSERT INTO route_changes (operation, route_id, previous, requested, requested_at, outcome, request_id, restored_from)
+       VALUES (@operation, @route_id, @previous, @requested, @requested_at, 'pending', @request_id, @restored_from)`,
     );
-    this.updatePrevious = o.db.prepare(
-      "UPDATE route_changes SET previous = ?, event_id = coalesce(?, event_id) WHERE id = ?",
-    );
+    this.updatePrevious = o.db.prepare("UPDATE route_changes SET previous = ? WHERE id = ?");
+    this.setBackupEvent = o.db.prepare("UPDATE route_changes SET event_id = ? WHERE id = ?");
     this.finishChange = o.db.prepare(
       "UPDATE route_changes SET outcome = ?, error = ?, finished_at = ? WHERE id = ?",
     );
+    this.setChangeEvent = o.db.prepare("UPDATE route_changes SET change_event_id = ? WHERE id = ?");
+    this.changeById = o.db.prepare("SELECT * FROM route_changes WHERE id = ?");
+    this.changesOf = o.db.prepare("SELECT * FROM route_changes WHERE route_id = ? ORDER BY id DESC LIMIT ?");
+    this.anyChangeOf = o.db.prepare("SELECT 1 FROM route_changes WHERE route_id = ? LIMIT 1");
   }
 
   get operatorRouteId(): string | undefined {
@@ -171,15 +303,48 @@ export class RouteService {
     }
   }
 
-  async create(body: RouteWriteRequest): Promise<RouteJson> {
+  /** One route of the managed server, read from Caddy now. */
+  async get(routeId: string): Promise<RouteJson> {
+    const route = await this.find(routeId);
+    if (!route) throw new ApiError("route_not_found", `the managed server has no route with @id ${routeId}`);
+    return route;
+  }
+
+  /**
+   * The changes recorded for a route, newest first. An id with none is 404 unless the managed server holds
+   * such a route (one the agent never changed, whose history is empty); only then is Caddy asked.
+   */
+  async history(routeId: string, limit: number): Promise<ChangeView[]> {
+    const rows = this.changesOf.all(routeId, limit) as ChangeRow[];
+    if (rows.length === 0 && !(await this.find(routeId)))
+      throw new ApiError(
+        "route_not_found",
+        `the agent has recorded no change of a route with @id ${routeId}, and the managed server has none`,
+      );
+    return rows.map((r) => this.view(r));
+  }
+
+  async create(body: RouteWriteRequest, ctx: ChangeContext = { requestId: null }): Promise<RouteJson> {
     const { id, route } = buildRoute(body, this.o.deny);
     if (id === this.o.operatorRouteId)
       throw new ApiError("route_exists", `${id} is the operator's route, which the agent manages itself`);
-    const r = await this.change("create", id, { kind: "create", route }, body.callback_url ?? undefined);
-    return r.route ?? route;
+    const { result } = await this.change(
+      "create",
+      id,
+      { kind: "create", route },
+      {
+        callbackUrl: body.callback_url ?? undefined,
+        ctx,
+      },
+    );
+    return result.route ?? route;
   }
 
-  async replace(routeId: string, body: RouteWriteRequest): Promise<RouteJson> {
+  async replace(
+    routeId: string,
+    body: RouteWriteRequest,
+    ctx: ChangeContext = { requestId: null },
+  ): Promise<RouteJson> {
     this.guardOperator(routeId);
     const { id, route } = buildRoute(body, this.o.deny);
     if (id !== routeId)
@@ -190,28 +355,121 @@ export class RouteService {
           errors: [{ field: "body.domain", message: `derives to ${id}, not to ${routeId}` }],
         },
       );
-    const r = await this.change(
+    const { result } = await this.change(
       "replace",
       id,
       { kind: "replace", id, route },
-      body.callback_url ?? undefined,
+      {
+        callbackUrl: body.callback_url ?? undefined,
+        ctx,
+      },
     );
-    return r.route ?? route;
+    return result.route ?? route;
   }
 
-  async delete(routeId: string, callbackUrl: string | null | undefined): Promise<void> {
+  async delete(
+    routeId: string,
+    callbackUrl: string | null | undefined,
+    ctx: ChangeContext = { requestId: null },
+  ): Promise<void> {
     this.guardOperator(routeId);
-    if (callbackUrl !== undefined && callbackUrl !== null) {
-      const p = callbackUrlProblem(callbackUrl, this.o.deny);
-      if (p) throw validationFailed([{ field: "body.callback_url", message: p }]);
+    this.checkCallbackUrl(callbackUrl);
+    await this.change(
+      "delete",
+      routeId,
+      { kind: "delete", id: routeId },
+      {
+        callbackUrl: callbackUrl ?? undefined,
+        ctx,
+      },
+    );
+  }
+
+  /**
+   * Puts back the state change `changeId` of the route captured, as a change of its own (recorded, backed
+   * up, announced like the others). What it does follows from that change's captured states alone: it had
+   * no previous route (it created one): the route is removed; it removed the route: the previous route is
+   * created again; it replaced the route: the previous route replaces the current one. A removal or
+   * replacement needs the route in the managed server, a re-creation needs its id free in all of Caddy's
+   * config; otherwise 409.
+   */
+  async restore(
+    routeId: string,
+    changeId: number,
+    callbackUrl: string | null | undefined,
+    ctx: ChangeContext = { requestId: null },
+  ): Promise<RestoreResult> {
+    this.guardOperator(routeId);
+    this.checkCallbackUrl(callbackUrl);
+    const row = this.changeById.get(changeId) as ChangeRow | undefined;
+    if (!row || row.route_id !== routeId) {
+      if (!this.anyChangeOf.get(routeId))
+        throw new ApiError(
+          "route_not_found",
+          `the agent has recorded no change of a route with @id ${routeId}`,
+        );
+      throw new ApiError("change_not_found", `route ${routeId} has no change ${changeId}`);
     }
-    await this.change("delete", routeId, { kind: "delete", id: routeId }, callbackUrl ?? undefined);
+    if (this.inFlight.has(row.id))
+      throw new ApiError("restore_conflict", `change ${row.id} of route ${routeId} is still being applied`);
+    const { op, action } = restorePlan(row);
+    const { result, changeId: restoreId } = await this.change("restore", routeId, op, {
+      callbackUrl: callbackUrl ?? undefined,
+      ctx,
+      restoredFrom: row.id,
+      conflict: (kind) =>
+        new ApiError(
+          "restore_conflict",
+          kind === "exists"
+            ? `change ${row.id} removed route ${routeId}, but its @id is in use in Caddy's config again: nothing was changed`
+            : `change ${row.id} ${op.kind === "delete" ? "created" : "replaced"} route ${routeId}, which the managed server no longer has: nothing was changed`,
+        ),
+    });
+    if (restoreId === undefined) throw new Error("a restore that applied has no change record");
+    return { change_id: restoreId, restored_from: row.id, action, route: result.route };
   }
 
   /** Creates or replaces a route the agent itself owns (the operator's), bypassing the API's guard. */
   async put(route: RouteJson & { "@id": string }): Promise<RouteJson | null> {
-    const r = await this.change("put", route["@id"], { kind: "put", route }, undefined);
-    return r.previous;
+    const { result } = await this.change(
+      "put",
+      route["@id"],
+      { kind: "put", route },
+      {
+        callbackUrl: undefined,
+        ctx: { requestId: null },
+      },
+    );
+    return result.previous;
+  }
+
+  private async find(routeId: string): Promise<RouteJson | undefined> {
+    const routes = JSON.parse(await this.listText()) as RouteJson[];
+    return routes.find((r) => r["@id"] === routeId);
+  }
+
+  private view(r: ChangeRow): ChangeView {
+    return {
+      change_id: r.id,
+      route_id: r.route_id,
+      operation: r.operation,
+      outcome: r.outcome === "pending" && !this.inFlight.has(r.id) ? "interrupted" : r.outcome,
+      requested_at: r.requested_at,
+      finished_at: r.finished_at,
+      request_id: r.request_id,
+      previous_route: parseRoute(r.previous),
+      requested_route: parseRoute(r.requested),
+      restored_from: r.restored_from,
+      error: r.error === null ? null : withoutPaths(r.error),
+      backup_event_id: r.event_id,
+      change_event_id: r.change_event_id,
+    };
+  }
+
+  private checkCallbackUrl(callbackUrl: string | null | undefined): void {
+    if (callbackUrl === undefined || callbackUrl === null) return;
+    const p = callbackUrlProblem(callbackUrl, this.o.deny);
+    if (p) throw validationFailed([{ field: "body.callback_url", message: p }]);
   }
 
   private guardOperator(routeId: string): void {
@@ -222,46 +480,129 @@ export class RouteService {
       );
   }
 
-  private async change(operation: Operation, id: string, op: Op, callbackUrl: string | undefined) {
+  /**
+   * One change through the writer. Its record and `route_backup` event are written in one transaction
+   * before Caddy is touched; its outcome and `route_change` event in one transaction once it settled. Both
+   * events carry the route's ordering key for the receiver, so the outbox delivers the backup first.
+   */
+  private async change(
+    operation: ChangeOperation,
+    id: string,
+    op: Op,
+    { callbackUrl, ctx, restoredFrom, conflict }: ChangeOptions,
+  ): Promise<{ result: ChangeResult & { ok: true }; changeId: number | undefined }> {
     let changeId: number | undefined;
     const firstAttempts: Promise<boolean>[] = [];
     const requested = op.kind === "delete" ? null : JSON.stringify(op.route);
+    const orderingKey = callbackUrl === undefined ? undefined : routeEventKey(id, callbackUrl);
+    const about = {
+      operation,
+      route_id: id,
+      ...(restoredFrom === undefined ? {} : { restored_from: restoredFrom }),
+      request_id: ctx.requestId,
+    };
     const result: ChangeResult = await this.o.writer.submit({
       op,
       prepare: (previous) => {
         const now = new Date().toISOString();
         const prev = previous === null ? null : JSON.stringify(previous);
-        const eventId = this.o.db.transaction(() => {
-          const ev = callbackUrl
-            ? this.o.outbox.add({
-                type: "route_backup",
-                url: callbackUrl,
-                data: { operation, route_id: id, previous_route: previous, captured_at: now },
-              })
-            : null;
-          if (changeId === undefined)
-            changeId = Number(this.insertChange.run(operation, id, prev, requested, now, ev).lastInsertRowid);
-          else this.updatePrevious.run(prev, ev, changeId);
-          return ev;
+        const written = this.o.db.transaction(() => {
+          let cid = changeId;
+          if (cid === undefined)
+            cid = Number(
+              this.insertChange.run({
+                operation,
+                route_id: id,
+                previous: prev,
+                requested,
+                requested_at: now,
+                request_id: ctx.requestId,
+                restored_from: restoredFrom ?? null,
+              }).lastInsertRowid,
+            );
+          else this.updatePrevious.run(prev, cid);
+          if (callbackUrl === undefined) return { cid, ev: null };
+          const ev = this.o.outbox.add({
+            type: "route_backup",
+            url: callbackUrl,
+            orderingKey,
+            data: { ...about, change_id: cid, previous_route: previous, captured_at: now },
+          });
+          this.setBackupEvent.run(ev, cid);
+          return { cid, ev };
         })();
+        changeId = written.cid;
+        this.inFlight.add(written.cid);
         // Started before Caddy is touched but not awaited: the writer holds every queued change meanwhile,
         // so one slow receiver would hold up the changes of every other request.
-        if (eventId) firstAttempts.push(this.o.outbox.deliverNow(eventId, this.o.firstAttemptTimeoutMs));
+        if (written.ev)
+          firstAttempts.push(this.o.outbox.deliverNow(written.ev, this.o.firstAttemptTimeoutMs));
       },
     });
-    if (changeId !== undefined) {
-      const outcome = result.ok ? "applied" : OUTCOME_OF[result.failure.kind];
-      const error = result.ok
-        ? null
-        : "message" in result.failure
-          ? result.failure.message
-          : result.failure.kind;
-      this.finishChange.run(outcome, error, new Date().toISOString(), changeId);
-    }
-    // The answer waits (bounded by the attempt's time-out) for this change's own first attempts, so a
-    // receiver that answers in time has the backup by the time the caller learns the outcome.
+    let changeEvent: string | null = null;
+    if (changeId !== undefined) changeEvent = this.settle(changeId, result, callbackUrl, orderingKey, about);
+    // The answer waits (each bounded by the attempt's time-out) for this change's own first attempts, the
+    // backup's and then the outcome's, so a receiver that answers in time has both by the time the caller
+    // learns the outcome. The outcome's attempt starts once the backup's has ended: the ordering key lets it
+    // start only then (and not at all while an earlier event of the route to that receiver is pending).
     await Promise.all(firstAttempts);
-    if (!result.ok) throw failureToError(result.failure, id, result.previous);
-    return result;
+    if (changeEvent) await this.o.outbox.deliverNow(changeEvent, this.o.firstAttemptTimeoutMs);
+    if (!result.ok) {
+      const { kind } = result.failure;
+      if (conflict && (kind === "exists" || kind === "not_found")) throw conflict(kind);
+      throw failureToError(result.failure, id, result.previous);
+    }
+    return { result, changeId };
   }
+
+  /** Records how a change ended, with its `route_change` event when it has a callback; returns the event's id. */
+  private settle(
+    changeId: number,
+    result: ChangeResult,
+    callbackUrl: string | undefined,
+    orderingKey: string | undefined,
+    about: Record<string, unknown>,
+  ): string | null {
+    const outcome = result.ok ? "applied" : OUTCOME_OF[result.failure.kind];
+    const error = result.ok
+      ? null
+      : "message" in result.failure
+        ? result.failure.message
+        : result.failure.kind;
+    const finishedAt = new Date().toISOString();
+    try {
+      return this.o.db.transaction(() => {
+        this.finishChange.run(outcome, error, finishedAt, changeId);
+        if (callbackUrl === undefined) return null;
+        const ev = this.o.outbox.add({
+          type: "route_change",
+          url: callbackUrl,
+          orderingKey,
+          data: {
+            ...about,
+            change_id: changeId,
+            outcome: result.ok ? "applied" : EVENT_OUTCOME_OF[result.failure.kind],
+            route: routeAfter(result),
+            error: error === null ? null : withoutPaths(error),
+            finished_at: finishedAt,
+          },
+        });
+        this.setChangeEvent.run(ev, changeId);
+        return ev;
+      })();
+    } finally {
+      this.inFlight.delete(changeId);
+    }
+  }
+}
+
+/** The change a restore of `row` makes; see `RouteService.restore`. */
+function restorePlan(row: ChangeRow): RestorePlan {
+  const previous = parseRoute(row.previous);
+  const id = row.route_id;
+  if (previous === null) return { op: { kind: "delete", id }, action: "removed" };
+  if (previous["@id"] !== id) throw new Error(`the state captured by change ${row.id} is not route ${id}`);
+  const route = previous as RouteJson & { "@id": string };
+  if (row.requested === null) return { op: { kind: "create", route }, action: "recreated" };
+  return { op: { kind: "replace", id, route }, action: "replaced" };
 }

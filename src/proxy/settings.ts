@@ -55,7 +55,7 @@ export const proxySettings = {
     key: "caddyListen",
     env: "HOSTKEEPER_CADDY_LISTEN",
     area: "proxy",
-    doc: "Comma-separated listen addresses used when the agent has to create the managed server.",
+    doc: "Comma-separated listen addresses of the managed server. Embedded Caddy: the server exists from the start on these, and one another process holds (even through SO_REUSEPORT) stops the start. With `HOSTKEEPER_CADDY_ADMIN`: used when the agent has to create the server.",
     defaultText: ":80,:443",
     default: [":80", ":443"],
     parse: (raw) => {
@@ -72,6 +72,15 @@ export const proxySettings = {
     defaultText: "`.cache/caddy/usr/bin/caddy` (from `scripts/fetch-caddy.sh`)",
     default: fetchedCaddyBinary,
     parse: parse.string({ nonEmpty: true }),
+  }),
+  caddyRestartBackoffMs: setting({
+    key: "caddyRestartBackoffMs",
+    env: "HOSTKEEPER_CADDY_RESTART_BACKOFF_MS",
+    area: "proxy",
+    doc: "Embedded Caddy: delay before it is started again after it exits; it doubles per exit in a row up to 64 times this, and starts over once Caddy has stayed up that long.",
+    defaultText: "1000",
+    default: 1000,
+    parse: parse.int(10, 60_000),
   }),
   caddyTimeoutMs: setting({
     key: "caddyTimeoutMs",

@@ -12,6 +12,7 @@ import {
   packageKey,
   type UpdateType,
   type UpgradeSteps,
+  VERSION_TIMEOUT_MS,
 } from "./package-manager.js";
 
 export interface AptOptions {
@@ -198,6 +199,12 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     // 2: an ABI-compatible kernel upgrade is pending, 3: a newer kernel version is installed.
     const ksta = /^NEEDRESTART-KSTA:\s*(\d+)/m.exec(r.stdout)?.[1];
     return ksta === "2" || ksta === "3";
+  }
+
+  /** `apt-get --version` starts `apt 2.6.1 (amd64)`; it reads no package state. */
+  async version(): Promise<string | undefined> {
+    const r = await runCommand("apt-get", ["--version"], { env: this.env, timeoutMs: VERSION_TIMEOUT_MS });
+    return r.code === 0 ? /^apt (\S+)/.exec(r.stdout)?.[1] : undefined;
   }
 
   private async simulate(pins: string): Promise<Map<string, SimulatedUpgrade>> {

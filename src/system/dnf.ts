@@ -9,6 +9,7 @@ import {
   packageKey,
   type UpdateType,
   type UpgradeSteps,
+  VERSION_TIMEOUT_MS,
 } from "./package-manager.js";
 
 export interface DnfOptions {
@@ -161,6 +162,16 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
     if (r.code === 1 && /Reboot is required/.test(r.stdout)) return true;
     if (r.code === 0) return false;
     throw commandFailed("dnf needs-restarting -r", r, dnfErrorLines(r));
+  }
+
+  /** `dnf -q --version` prints the version alone (in the install root, when there is one). */
+  async version(): Promise<string | undefined> {
+    const r = await runCommand("dnf", [...this.base, "--version"], {
+      env: this.env,
+      timeoutMs: VERSION_TIMEOUT_MS,
+    });
+    const first = r.stdout.trim().split("\n")[0]?.trim();
+    return r.code === 0 && first ? first : undefined;
   }
 
   /** Runs dnf, waiting while another dnf holds its lock (queries take it too); `label` names it in errors. */

@@ -48,7 +48,12 @@ export interface PackageManager {
   /** Refreshes and installs the updates of `type`, never a held package; says what changed. */
   apply(type: UpdateType): Promise<ApplyChanges>;
   rebootRequired(): Promise<boolean>;
+  /** The package manager's own version (`2.6.1`), read from the program; undefined when it cannot say. */
+  version(): Promise<string | undefined>;
 }
+
+/** How long asking a package manager for its version may take. */
+export const VERSION_TIMEOUT_MS = 5_000;
 
 /** The steps an adapter provides for `applyUpdates`. */
 export interface UpgradeSteps {

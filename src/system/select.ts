@@ -61,6 +61,7 @@ class NoPackageManager implements PackageManager {
   check = async () => this.fail();
   apply = async () => this.fail();
   rebootRequired = async () => this.fail();
+  version = async () => undefined;
 }
 
 /** The package manager of HOSTKEEPER_PACKAGE_MANAGER; the one place the adapter is chosen. */

@@ -27,7 +27,28 @@ export const systemMigrations: Migration[] = [
         result TEXT
       );`,
   },
+  {
+    name: "system.002_last_check",
+    sql: `
+      CREATE TABLE system_last_check (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        checked_at TEXT NOT NULL,
+        package_manager TEXT NOT NULL,
+        security_updates INTEGER NOT NULL,
+        regular_updates INTEGER NOT NULL,
+        reboot_required INTEGER NOT NULL
+      );`,
+  },
 ];
+
+/** The last successful check-updates: when, and what it found. */
+export interface LastCheck {
+  checked_at: string;
+  package_manager: PackageManagerName;
+  security_updates: number;
+  regular_updates: number;
+  reboot_required: boolean;
+}
 
 interface ApplyRow {
   id: number;
@@ -66,6 +87,9 @@ export class SystemService {
   private readonly insertApply;
   private readonly finishApply;
   private readonly listApplies;
+  private readonly recordCheck;
+  private readonly readLastCheck;
+  private managerVersion: Promise<string | undefined> | undefined;
   private rebootTimer: NodeJS.Timeout | undefined;
   private rebootChild: ChildProcess | undefined;
   private closed = false;
@@ -79,6 +103,11 @@ export class SystemService {
       "UPDATE system_applies SET finished_at = ?, duration_ms = ?, outcome = ?, error = ?, result = ? WHERE id = ?",
     );
     this.listApplies = o.db.prepare("SELECT * FROM system_applies ORDER BY id DESC LIMIT ?");
+    this.recordCheck = o.db.prepare(
+      `INSERT OR REPLACE INTO system_last_check (id, checked_at, package_manager, security_updates, regular_updates, reboot_required)
+       VALUES (1, ?, ?, ?, ?, ?)`,
+    );
+    this.readLastCheck = o.db.prepare("SELECT * FROM system_last_check WHERE id = 1");
     // An apply still "running" in the database was cut short by a stop of the agent.
     o.db
       .prepare("UPDATE system_applies SET outcome = 'interrupted', finished_at = ? WHERE outcome = 'running'")
@@ -90,6 +119,14 @@ export class SystemService {
       const updates = await this.o.manager.check();
       const rebootRequired = await this.o.manager.rebootRequired();
       const security = updates.filter((u) => u.security).length;
+      const checkedAt = new Date().toISOString();
+      this.recordCheck.run(
+        checkedAt,
+        this.o.manager.name,
+        security,
+        updates.length - security,
+        rebootRequired ? 1 : 0,
+      );
       return {
         packages: [...new Set(updates.map((u) => u.name))],
         security_updates: security,
@@ -97,10 +134,45 @@ export class SystemService {
         updates_available: updates.length > 0,
         reboot_required: rebootRequired,
         package_manager: this.o.manager.name,
-        checked_at: new Date().toISOString(),
+        checked_at: checkedAt,
         updates,
       };
     });
+  }
+
+  /** The last check that succeeded, across restarts of the agent; null before the first. */
+  lastCheck(): LastCheck | null {
+    const row = this.readLastCheck.get() as
+      | (Omit<LastCheck, "reboot_required"> & { reboot_required: number })
+      | undefined;
+    return row === undefined
+      ? null
+      : {
+          checked_at: row.checked_at,
+          package_manager: row.package_manager,
+          security_updates: row.security_updates,
+          regular_updates: row.regular_updates,
+          reboot_required: row.reboot_required === 1,
+        };
+  }
+
+  get packageManager(): PackageManagerName {
+    return this.o.manager.name;
+  }
+
+  /** The package manager's version, asked once (again after a failure); undefined when it cannot say. */
+  packageManagerVersion(): Promise<string | undefined> {
+    this.managerVersion ??= this.o.manager.version().then(
+      (v) => {
+        if (v === undefined) this.managerVersion = undefined;
+        return v;
+      },
+      () => {
+        this.managerVersion = undefined;
+        return undefined;
+      },
+    );
+    return this.managerVersion;
   }
 
   /** Applies updates and records the apply; a scheduled reboot waits for `startScheduledReboot`. */

@@ -17,43 +17,73 @@ const lines = (text: string) =>
   );
 
 describe("status", () => {
-  test("a healthy agent whose Caddy answers: exit 0", async (t) => {
+  test("a ready agent: GET /v1/status in lines, exit 0", async (t) => {
     const agent = await startCliAgent(t);
     const r = await runCli(["status"], agent.env);
     assert.equal(r.code, 0, r.stderr);
-    assert.deepEqual(Object.keys(lines(r.stdout)), ["agent", "caddy", "operator", "versions"]);
     const s = lines(r.stdout);
-    assert.equal(s.agent, `running at 127.0.0.1:${agent.port}, healthy`);
-    assert.equal(s.caddy, "reachable, 0 routes");
-    assert.match(s.operator ?? "", /^no running instance: 503 running_instance_unavailable: /);
+    assert.deepEqual(Object.keys(s), ["agent", "caddy", "outbox", "updates", "operator", "versions"]);
+    assert.match(
+      s.agent ?? "",
+      new RegExp(`^running at 127\\.0\\.0\\.1:${agent.port}, up (\\d+[dhms] ?)+, ready$`),
+    );
+    assert.equal(s.caddy, "external, running, 0 routes");
+    assert.equal(s.outbox, "0 pending, 0 dead");
+    assert.match(s.updates ?? "", /^(apt|dnf|none)( \S+)?, never checked$/);
+    assert.equal(s.operator, "none installed");
     assert.equal(s.versions, `hostkeeper ${packageVersion()}, node ${process.version}`);
   });
 
-  test("--json: each part with the API's status and body", async (t) => {
+  test("--json: the API's status body as it came", async (t) => {
     const agent = await startCliAgent(t);
     const r = await runCli(["status", "--json"], agent.env);
     assert.equal(r.code, 0, r.stderr);
     const s = JSON.parse(r.stdout);
     assert.deepEqual(s.versions, { hostkeeper: packageVersion(), node: process.version });
-    assert.deepEqual(s.agent, {
-      address: `127.0.0.1:${agent.port}`,
-      status: 200,
-      body: { status: "ok" },
-      error: null,
-    });
-    assert.deepEqual(s.caddy, { status: 200, body: [], error: null });
-    assert.equal(s.operator.status, 503);
-    assert.equal(s.operator.body.code, "running_instance_unavailable");
+    assert.deepEqual(s.agent, { address: `127.0.0.1:${agent.port}` });
+    assert.equal(s.status.status, 200);
+    assert.equal(s.status.error, null);
+    assert.deepEqual(Object.keys(s.status.body).sort(), [
+      "caddy",
+      "operator",
+      "outbox",
+      "readiness",
+      "routes",
+      "started_at",
+      "updates",
+      "uptime_seconds",
+      "versions",
+    ]);
+    assert.equal(s.status.body.caddy.mode, "external");
+    assert.equal(s.status.body.readiness.status, "ready");
+    assert.equal(s.readiness, null, "/readyz is asked only when the status cannot be had");
   });
 
-  test("Caddy down: the agent's 503 is reported and the exit code is 1", async (t) => {
+  test("Caddy down: not ready, the failing checks named, exit 1", async (t) => {
     const agent = await startCliAgent(t);
     await agent.caddy.stop();
     const r = await runCli(["status"], agent.env);
     assert.equal(r.code, 1);
     const s = lines(r.stdout);
-    assert.equal(s.agent, `running at 127.0.0.1:${agent.port}, healthy`);
-    assert.match(s.caddy ?? "", /^unavailable: 503 proxy_unavailable: /);
+    assert.match(
+      s.agent ?? "",
+      /, not ready: caddy_admin: Caddy's admin API is unreachable: ECONNREFUSED; listeners: /,
+    );
+    assert.equal(s.caddy, "external, unreachable, routes unknown");
+  });
+
+  test("without a readable token: readiness from GET /readyz, the status said to be unknown", async (t) => {
+    const agent = await startCliAgent(t);
+    const { HOSTKEEPER_TOKEN: _, ...env } = agent.env;
+    const r = await runCli(["status"], env);
+    assert.equal(r.code, 0, r.stderr);
+    const s = lines(r.stdout);
+    assert.equal(s.agent, `running at 127.0.0.1:${agent.port}, ready`);
+    assert.match(s.status ?? "", /^unknown: no token in .*\/token: the agent writes it at its first start/);
+
+    const wrong = await runCli(["status"], { ...agent.env, HOSTKEEPER_TOKEN: "x".repeat(16) });
+    assert.equal(wrong.code, 0, wrong.stderr);
+    assert.match(lines(wrong.stdout).status ?? "", /^unknown: 401 unauthorized: /);
   });
 
   test("the agent down: said in the report, exit 1, versions still shown", async () => {
@@ -65,11 +95,11 @@ describe("status", () => {
     assert.equal(r.code, 1);
     const s = lines(r.stdout);
     assert.equal(s.agent, `the agent is not running at 127.0.0.1:${port} (connection refused)`);
-    assert.equal(s.caddy, "unknown: the agent is not reachable");
+    assert.equal(s.status, "unknown: the agent is not reachable");
     assert.equal(s.versions, `hostkeeper ${packageVersion()}, node ${process.version}`);
   });
 
-  test("--wait: an agent that starts listening during the wait is reported healthy", async (t) => {
+  test("--wait: an agent that starts listening during the wait is reported ready", async (t) => {
     const caddy = await startCaddy(t);
     const h = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
     const port = await freePort();
@@ -79,7 +109,10 @@ describe("status", () => {
     await h.app.listen({ host: "127.0.0.1", port });
     const r = await running;
     assert.equal(r.code, 0, r.stderr);
-    assert.equal(lines(r.stdout).agent, `running at 127.0.0.1:${port}, healthy`);
+    assert.match(
+      lines(r.stdout).agent ?? "",
+      new RegExp(`^running at 127\\.0\\.0\\.1:${port}, up .*, ready$`),
+    );
   });
 
   test("--wait: an agent that never comes is reported down once the wait is over", async () => {

@@ -173,6 +173,41 @@ describe("outbox: retries, dead letters, 410, Retry-After", () => {
   });
 });
 
+describe("outbox: redelivery", () => {
+  test("a dead event redelivered gets the whole schedule again, its attempts numbered on", async (t) => {
+    const rx = await startReceiver(t, { status: () => 503 });
+    const { outbox } = openOutbox(t, { retryScheduleSeconds: [0.05] });
+    const id = outbox.add({ type: "test_event", url: rx.url, data: {} });
+    outbox.start();
+    await waitForRow(outbox, id, (e) => e.state === "dead", "dead");
+    const r = outbox.redeliver(id);
+    assert.ok(r.ok);
+    assert.deepEqual([r.event.state, r.event.schedule_offset], ["pending", 2]);
+    // Two more attempts (the first, then the schedule's one retry), not one: the schedule restarted.
+    const ev = await waitForRow(outbox, id, (e) => e.state === "dead", "dead again");
+    assert.equal(ev.attempts, 4);
+    assert.deepEqual(
+      outbox.attempts(id).map((a) => [a.attempt, a.status_code]),
+      [
+        [1, 503],
+        [2, 503],
+        [3, 503],
+        [4, 503],
+      ],
+    );
+    assert.deepEqual(ids(rx.requests), [id, id, id, id]);
+  });
+
+  test("redeliver refuses a pending event and an unknown one, and changes neither", async (t) => {
+    const { outbox } = openOutbox(t, { retryScheduleSeconds: [60] });
+    const id = outbox.add({ type: "test_event", url: "http://127.0.0.1:9/hook", data: {} });
+    const before = outbox.get(id);
+    assert.deepEqual(outbox.redeliver(id), { ok: false, reason: "pending", event: before });
+    assert.deepEqual(outbox.get(id), before);
+    assert.deepEqual(outbox.redeliver("msg_unknown"), { ok: false, reason: "not_found" });
+  });
+});
+
 describe("outbox: ordering per key", () => {
   test("events of one key are delivered one at a time, in the order written, even when the first needs a retry", async (t) => {
     const rx = await startReceiver(t, { status: (n) => (n === 0 ? 503 : 200) });

@@ -1,5 +1,5 @@
-import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestContext } from "node:test";
@@ -24,6 +24,8 @@ export interface TestCaddyOptions {
   withServer?: boolean;
   /** Extra top-level config; `apps` entries are added beside the pre-made http app. */
   extra?: Record<string, unknown>;
+  /** Port of the pre-made server; by default a free one. */
+  httpPort?: number;
 }
 
 /**
@@ -62,7 +64,7 @@ export async function startCaddy(
 ): Promise<TestCaddy> {
   const dir = mkdtempSync(join(tmpdir(), "hk-caddy-"));
   const adminPort = await freePort();
-  const httpPort = await freePort();
+  const httpPort = opts.httpPort ?? (await freePort());
   const { apps: extraApps, ...extraTop } = opts.extra ?? {};
   const apps: Record<string, unknown> = {
     ...(opts.withServer === false
@@ -125,5 +127,37 @@ export async function startCaddy(
     dir,
     stop,
     start,
+  };
+}
+
+/**
+ * A Caddy that can be made to refuse every config change for real: it loads a TLS certificate from a file,
+ * re-reads it on every change, and refuses the change while the file is away, keeping its running config
+ * (and serving it). `refuse()` takes the file away, `accept()` puts it back.
+ */
+export async function startRefusableCaddy(
+  t: TestContext | { after: (fn: () => unknown) => void },
+): Promise<{ caddy: TestCaddy; dir: string; refuse: () => void; accept: () => void }> {
+  const dir = mkdtempSync(join(tmpdir(), "hk-tls-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const cert = join(dir, "c.pem");
+  execFileSync(
+    "openssl",
+    [
+      ...["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"],
+      ...["-keyout", join(dir, "k.pem"), "-out", cert, "-days", "1", "-subj", "/CN=refuse.test"],
+    ],
+    { stdio: "ignore" },
+  );
+  const caddy = await startCaddy(t, {
+    extra: {
+      apps: { tls: { certificates: { load_files: [{ certificate: cert, key: join(dir, "k.pem") }] } } },
+    },
+  });
+  return {
+    caddy,
+    dir,
+    refuse: () => renameSync(cert, `${cert}.away`),
+    accept: () => renameSync(`${cert}.away`, cert),
   };
 }

@@ -103,16 +103,18 @@ describe("every registered route requires the token, however its path is spelled
     }
   });
 
-  test("only the liveness probe is public", async (t) => {
+  test("only the liveness and readiness probes are public", async (t) => {
     const agent = await startGuardedAgent(t);
     const open = agent.app
       .registeredRoutes()
       .filter((r) => r.public)
       .map((r) => `${r.method} ${r.url}`)
       .sort();
-    assert.deepEqual(open, ["GET /healthz", "HEAD /healthz"]);
-    const res = await rawRequest(agent.port, requestText("GET", "/healthz"));
-    assert.equal(res.status, 200);
+    assert.deepEqual(open, ["GET /healthz", "GET /readyz", "HEAD /healthz", "HEAD /readyz"]);
+    for (const path of ["/healthz", "/readyz"]) {
+      const res = await rawRequest(agent.port, requestText("GET", path));
+      assert.equal(res.status, 200, `${path}: ${res.body}`);
+    }
   });
 
   test("unknown paths, wrong methods and unreadable paths are 401 without the token", async (t) => {
@@ -150,7 +152,7 @@ describe("with the token, what the router cannot serve is a problem", () => {
       requestText("PATCH", "/v1/proxy/routes/example.test", { headers: auth }),
     );
     assert.equal(res.status, 405, res.body);
-    assert.equal(res.headers.allow, "DELETE, PUT");
+    assert.equal(res.headers.allow, "DELETE, GET, HEAD, PUT");
     assert.equal(JSON.parse(res.body).code, "method_not_allowed");
 
     res = await rawRequest(agent.port, requestText("DELETE", "/v1/proxy/routes", { headers: auth }));

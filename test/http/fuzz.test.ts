@@ -57,6 +57,8 @@ const BASELINES: Record<string, Record<string, unknown>> = {
   createRoute: { domain: "fuzz-new.test", upstreams: [{ dial: "127.0.0.1:9" }] },
   replaceRoute: { domain: EXISTING, upstreams: [{ dial: "127.0.0.1:9" }] },
   deleteRoute: {},
+  // The create of EXISTING, the fuzz agent's first change: restoring it would remove the route.
+  restoreRoute: { change_id: 1 },
   applyUpdates: { update_type: "security" },
   startOperatorUpdate: {
     callback_url: "http://127.0.0.1:9/hook",
@@ -487,6 +489,19 @@ describe("fuzz of every operation in the OpenAPI document", () => {
         `create ${JSON.stringify(body)}`,
         "POST",
         requestText("POST", create.template, {
+          headers: { ...auth, "content-type": "application/json" },
+          body: JSON.stringify(body),
+        }),
+      );
+    for (const [what, path, body] of [
+      ["restore of a change of another route", `/v1/proxy/routes/${ABSENT}/restore`, { change_id: 1 }],
+      ["restore of an unknown change", `/v1/proxy/routes/${EXISTING}/restore`, { change_id: 999_999 }],
+      ["restore of the operator's route", `/v1/proxy/routes/${OPERATOR_DOMAIN}/restore`, { change_id: 1 }],
+    ] as const)
+      await f.send(
+        what,
+        "POST",
+        requestText("POST", path, {
           headers: { ...auth, "content-type": "application/json" },
           body: JSON.stringify(body),
         }),

@@ -4,8 +4,8 @@ import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { processStartTime } from "../../src/operator/instances.js";
 import { projectRoot } from "../../src/paths.js";
+import { processStartTime } from "../../src/util/processes.js";
 import type { HostedFile } from "../helpers/artifact-servers.js";
 import { type ReceivedWebhook, viaProxy } from "../helpers/http.js";
 

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { processStartTime } from "../../src/operator/instances.js";
+import { processStartTime } from "../../src/util/processes.js";
 import { freePort } from "../../support/loopback.js";
 import { buildTestApp, TEST_SECRET } from "../helpers/app.js";
 import { startArtifactServer } from "../helpers/artifact-servers.js";
@@ -129,6 +129,16 @@ test("operator self-update through a real Caddy", { timeout: 120_000 }, async (t
       assert.equal(r.body.update_process_id, "install-1");
       assert.equal(r.body.health.status, "healthy");
       v1Pid = r.body.pid;
+      const status = (await call({ method: "GET", url: "/v1/status" })).json();
+      assert.deepEqual(status.operator.active_instance, {
+        slot: "blue",
+        version: "1.0.0",
+        port: ports.blue,
+        pid: v1Pid,
+        running: true,
+        started_at: r.body.started_at,
+        update_process_id: "install-1",
+      });
       assert.equal(await serving(), "v1");
       const health = JSON.parse((await viaProxy(caddy.httpPort, DOMAIN, "/health")).body);
       assert.deepEqual(health, {

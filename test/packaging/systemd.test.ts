@@ -188,7 +188,10 @@ describe("packages", () => {
       assert.notEqual(await mainPid(c(), "hostkeeper.service"), agentBefore);
       assert.equal(await mainPid(c(), "hostkeeper-caddy.service"), caddyBefore);
       // "active" means answering: the unit waits for the agent's health check after its start.
-      assert.match(await c().ok(["hostkeeper", "status"]), /^agent +running at 127\.0\.0\.1:8626, healthy$/m);
+      assert.match(
+        await c().ok(["hostkeeper", "status"]),
+        /^agent +running at 127\.0\.0\.1:8626, up .*, ready$/m,
+      );
     });
 
     test("kill -9 of Caddy's main process: systemd restarts it, routes intact, within 10 s", async () => {

@@ -101,12 +101,29 @@ test("changes that wait for the writer go to Caddy as one change, each with its 
       ["create", "a.test", null, "applied"],
     ],
   );
-  // ... and sent it as its own route_backup event.
-  assert.deepEqual(
-    rx.received.map((w) => [w.json.data.operation, w.json.data.route_id]),
-    rows.map((r) => [r.operation, r.route_id]),
-  );
-  assert.equal(new Set(rx.received.map((w) => w.headers["webhook-id"])).size, rows.length);
+  // ... and sent it as its own route_backup event, then its outcome as route_change. Events of one route
+  // (to one receiver) go one at a time, in the order written; those of different routes may interleave.
+  await rx.waitFor(rows.length * 2, 10_000);
+  const received = rx.received.map((w) => w.json);
+  for (const id of new Set(rows.map((r) => r.route_id))) {
+    const events = received.filter((e) => e.data.route_id === id);
+    const changes = rows.filter((r) => r.route_id === id);
+    const backups = events.filter((e) => e.type === "route_backup");
+    assert.deepEqual(
+      backups.map((e) => e.data.operation),
+      changes.map((r) => r.operation),
+      `backups of ${id}`,
+    );
+    for (const b of backups) {
+      const at = events.indexOf(b);
+      const outcome = events.findIndex(
+        (e) => e.type === "route_change" && e.data.change_id === b.data.change_id,
+      );
+      assert.ok(outcome > at, `${id}: the route_change of change ${b.data.change_id} came after its backup`);
+      assert.equal(events[outcome]?.data.outcome, "applied");
+    }
+  }
+  assert.equal(new Set(rx.received.map((w) => w.headers["webhook-id"])).size, rows.length * 2);
 });
 
 test("a batch Caddy refuses is split so only the refused change fails, with the answer it gets alone", async (t) => {

@@ -1,13 +1,12 @@
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, renameSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { CaddyUnavailableError } from "../../src/proxy/caddy-admin.js";
 import { freePort } from "../../support/loopback.js";
 import { buildTestApp } from "../helpers/app.js";
-import { startCaddy } from "../helpers/caddy.js";
+import { startCaddy, startRefusableCaddy } from "../helpers/caddy.js";
 import { startReceiver, startUpstream, viaProxy } from "../helpers/http.js";
 
 const route = (domain: string, port: number) => ({ domain, upstreams: [{ dial: `127.0.0.1:${port}` }] });
@@ -19,36 +18,7 @@ const reset = () =>
 test("a change Caddy refuses leaves the previous route serving traffic", async (t) => {
   // Caddy re-reads TLS certificate files on every config change; a file that vanished makes it refuse
   // any change while the running config keeps serving: a real refusal, not a simulated one.
-  const dir = mkdtempSync(join(tmpdir(), "hk-tls-"));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  execFileSync(
-    "openssl",
-    [
-      "req",
-      "-x509",
-      "-newkey",
-      "ec",
-      "-pkeyopt",
-      "ec_paramgen_curve:P-256",
-      "-nodes",
-      "-keyout",
-      join(dir, "k.pem"),
-      "-out",
-      join(dir, "c.pem"),
-      "-days",
-      "1",
-      "-subj",
-      "/CN=refuse.test",
-    ],
-    { stdio: "ignore" },
-  );
-  const caddy = await startCaddy(t, {
-    extra: {
-      apps: {
-        tls: { certificates: { load_files: [{ certificate: join(dir, "c.pem"), key: join(dir, "k.pem") }] } },
-      },
-    },
-  });
+  const { caddy, dir, refuse, accept } = await startRefusableCaddy(t);
   const { call, app } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
   const old = await startUpstream(t, "old");
   const next = await startUpstream(t, "new");
@@ -58,7 +28,7 @@ test("a change Caddy refuses leaves the previous route serving traffic", async (
     201,
   );
 
-  renameSync(join(dir, "c.pem"), join(dir, "c.pem.away"));
+  refuse();
   const put = await call({
     method: "PUT",
     url: "/v1/proxy/routes/refuse.test",
@@ -80,7 +50,7 @@ test("a change Caddy refuses leaves the previous route serving traffic", async (
     { operation: "delete", outcome: "failed" },
   ]);
 
-  renameSync(join(dir, "c.pem.away"), join(dir, "c.pem"));
+  accept();
   assert.equal(
     (
       await call({

@@ -176,9 +176,14 @@ test("route_backup reaches the callback signed, with the previous state, before 
     payload: { callback_url: rx.url },
   });
   assert.equal(del.statusCode, 204);
-  // Each answer waits for its change's first attempt, so all three are here already.
-  assert.equal(rx.received.length, 3);
-  for (const w of rx.received) {
+  // Each answer waits for its change's first attempts (its route_backup's, then its route_change's), so
+  // all six are here already, each change's backup before its outcome.
+  assert.deepEqual(
+    rx.received.map((w) => w.json.type),
+    ["route_backup", "route_change", "route_backup", "route_change", "route_backup", "route_change"],
+  );
+  const backups = rx.received.filter((w) => w.json.type === "route_backup");
+  for (const w of backups) {
     assert.ok(verifyStandardWebhook(TEST_SECRET, w), "signature verifies");
     assert.match(String(w.headers["webhook-id"]), /^msg_/);
     assert.ok(Math.abs(Number(w.headers["webhook-timestamp"]) - Date.now() / 1000) < 60);
@@ -186,7 +191,7 @@ test("route_backup reaches the callback signed, with the previous state, before 
     assert.equal(w.json.data.route_id, "cb.test");
   }
   const upstreamsOf = (prev: unknown) => (prev as { handle: { upstreams: unknown }[] }).handle[0]?.upstreams;
-  const [c, r, d] = rx.received.map((w) => w.json.data) as Record<string, unknown>[];
+  const [c, r, d] = backups.map((w) => w.json.data) as Record<string, unknown>[];
   assert.ok(c && r && d);
   assert.equal(c.operation, "create");
   assert.equal(c.previous_route, null);
@@ -246,7 +251,7 @@ test("a receiver holding its answer delays no change, only the answer of the req
   const outbox = app.services.outbox;
   const deliverNow = outbox.deliverNow.bind(outbox);
   t.mock.method(outbox, "deliverNow", (...args: Parameters<typeof outbox.deliverNow>) => {
-    order.push(`first attempt starts after ${writes} Caddy writes`);
+    order.push(`${outbox.get(args[0])?.type} first attempt starts after ${writes} Caddy writes`);
     return deliverNow(...args);
   });
 
@@ -273,15 +278,20 @@ test("a receiver holding its answer delays no change, only the answer of the req
 
   release();
   assert.equal((await slow).statusCode, 201);
+  // The route_change's attempt waits for the backup's (same route, same receiver), and the answer for both.
   assert.deepEqual(order, [
-    "first attempt starts after 0 Caddy writes",
+    "route_backup first attempt starts after 0 Caddy writes",
     "the receiver holds the event",
     "other.test answered",
+    "route_change first attempt starts after 2 Caddy writes",
     "slow.test answered",
   ]);
-  // The held attempt is the one that delivered the event, recorded before its request was answered.
-  const ev = app.services.db.prepare("SELECT state, attempts FROM outbox_events").all();
-  assert.deepEqual(ev, [{ state: "delivered", attempts: 1 }]);
+  // The held attempt is the one that delivered the backup, recorded before its request was answered.
+  const ev = app.services.db.prepare("SELECT type, state, attempts FROM outbox_events ORDER BY rowid").all();
+  assert.deepEqual(ev, [
+    { type: "route_backup", state: "delivered", attempts: 1 },
+    { type: "route_change", state: "delivered", attempts: 1 },
+  ]);
 });
 
 type InjectedResponse = {

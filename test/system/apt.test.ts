@@ -124,6 +124,22 @@ test("check-updates counts and classifies updates by origin, with the security v
   );
 });
 
+test("the status says when the last check succeeded and what it found, and apt's version", async (t) => {
+  const { call } = await setup(t);
+  const before = (await call({ method: "GET", url: "/v1/status" })).json();
+  assert.equal(before.updates.last_check_at, null);
+  const check = (await call({ method: "POST", url: "/v1/system/check-updates" })).json();
+  const s = (await call({ method: "GET", url: "/v1/status" })).json();
+  assert.deepEqual(s.updates, {
+    last_check_at: check.checked_at,
+    security_updates: 4,
+    regular_updates: 2,
+    reboot_required: false,
+  });
+  assert.equal(s.versions.package_manager.name, "apt");
+  assert.match(s.versions.package_manager.version, /^\d+\.\d+/);
+});
+
 test("a security apply installs exactly the security set, the security version where a newer regular one exists, and keeps held packages", async (t) => {
   const { call, sandbox, reboot } = await setup(t);
   const r = await call({

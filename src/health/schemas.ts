@@ -1,0 +1,140 @@
+import { type Static, Type } from "@sinclair/typebox";
+import { StringEnum } from "../http/schemas.js";
+import type { ActiveInstance } from "../operator/schemas.js";
+
+const Nullable = <T extends ReturnType<typeof Type.String | typeof Type.Integer | typeof Type.Boolean>>(
+  schema: T,
+  description: string,
+) => Type.Union([schema, Type.Null()], { description });
+
+/** One readiness check. */
+const check = (description: string) =>
+  Type.Object(
+    {
+      status: StringEnum(["ok", "failing"]),
+      detail: Type.String({ description: "What was found, in one sentence." }),
+    },
+    { additionalProperties: false, description },
+  );
+
+export const ReadinessSchema = Type.Object(
+  {
+    status: StringEnum(["ready", "not_ready"], {
+      description: "`ready` when every check is `ok` (then `GET /readyz` answers 200, else 503).",
+    }),
+    checks: Type.Object(
+      {
+        database: check("The agent's database answers a query."),
+        caddy_admin: check("Caddy's admin API answers (within 1 s)."),
+        listeners: check(
+          "Every TCP listen address of the managed server accepts connections (within 1 s). Embedded Caddy: the server must exist; with `HOSTKEEPER_CADDY_ADMIN`, a server not created yet is ok (the first route creates it).",
+        ),
+      },
+      { additionalProperties: false },
+    ),
+  },
+  { additionalProperties: false, $id: "Readiness", title: "Readiness" },
+);
+export type Readiness = Static<typeof ReadinessSchema>;
+export type Check = Readiness["checks"]["database"];
+
+export const AgentStatusSchema = Type.Object(
+  {
+    versions: Type.Object(
+      {
+        agent: Type.String({ description: "Hostkeeper's version (package.json)." }),
+        node: Type.String({ description: "The Node.js version running the agent." }),
+        caddy: Nullable(
+          Type.String(),
+          "`caddy version` of the embedded Caddy's executable; null with `HOSTKEEPER_CADDY_ADMIN` (another's Caddy: its admin API does not say) or while it is down.",
+        ),
+        package_manager: Type.Object(
+          {
+            name: StringEnum(["apt", "dnf", "none"]),
+            version: Nullable(Type.String(), "Null when the program could not say."),
+          },
+          { additionalProperties: false },
+        ),
+      },
+      { additionalProperties: false },
+    ),
+    started_at: Type.String({ format: "date-time", description: "When the agent's process started." }),
+    uptime_seconds: Type.Integer(),
+    caddy: Type.Object(
+      {
+        mode: StringEnum(["embedded", "external"], {
+          description: "`embedded`: the agent's own Caddy, supervised; `external`: `HOSTKEEPER_CADDY_ADMIN`.",
+        }),
+        state: StringEnum(["running", "restarting", "unreachable", "stopped"], {
+          description:
+            "`running`: the admin API answers; `restarting`: the embedded Caddy exited and is being started again; `unreachable`: the admin API does not answer; `stopped`: the agent is stopping.",
+        }),
+        pid: Nullable(
+          Type.Integer(),
+          "PID of the embedded Caddy; null while it is down, and with `external`.",
+        ),
+        adopted: Type.Boolean({
+          description:
+            "The embedded Caddy was already running when the agent started (it is watched by its PID).",
+        }),
+        restarts: Type.Integer({
+          description:
+            "How many times the agent started the embedded Caddy again after it exited, since the agent started.",
+        }),
+        last_exit_at: Nullable(Type.String({ format: "date-time" }), "When the embedded Caddy last exited."),
+        last_restart_at: Nullable(
+          Type.String({ format: "date-time" }),
+          "When the agent last started it again.",
+        ),
+      },
+      { additionalProperties: false },
+    ),
+    routes: Type.Object(
+      {
+        count: Nullable(Type.Integer(), "Routes of the managed server; null when Caddy could not be read."),
+      },
+      { additionalProperties: false },
+    ),
+    outbox: Type.Object(
+      {
+        pending: Type.Integer({ description: "Callbacks waiting for their next delivery attempt." }),
+        dead: Type.Integer({ description: "Callbacks that exhausted their retries (dead letters)." }),
+      },
+      { additionalProperties: false },
+    ),
+    updates: Type.Object(
+      {
+        last_check_at: Nullable(
+          Type.String({ format: "date-time" }),
+          "When check-updates last succeeded (kept across restarts); null before the first.",
+        ),
+        security_updates: Nullable(Type.Integer(), "What that check found."),
+        regular_updates: Nullable(Type.Integer(), "What that check found."),
+        reboot_required: Nullable(Type.Boolean(), "What that check found."),
+      },
+      { additionalProperties: false },
+    ),
+    operator: Type.Object(
+      {
+        active_instance: Type.Union([Type.Ref("OperatorActiveInstance"), Type.Null()], {
+          description: "Null when no operator is installed.",
+        }),
+      },
+      { additionalProperties: false },
+    ),
+    readiness: Type.Ref("Readiness"),
+  },
+  {
+    additionalProperties: false,
+    $id: "AgentStatus",
+    title: "AgentStatus",
+    description: "The agent at a glance; `readiness` holds the checks of `GET /readyz`.",
+  },
+);
+/** Refs are typed by the schemas they name. */
+export type AgentStatus = Omit<Static<typeof AgentStatusSchema>, "readiness" | "operator"> & {
+  readiness: Readiness;
+  operator: { active_instance: ActiveInstance | null };
+};
+
+export const healthSharedSchemas = [ReadinessSchema, AgentStatusSchema];

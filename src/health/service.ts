@@ -1,0 +1,199 @@
+import type { OperatorService } from "../operator/service.js";
+import { packageVersion } from "../paths.js";
+import { CaddyAdmin, caddyErrorText } from "../proxy/caddy-admin.js";
+import { CaddyRoutes } from "../proxy/caddy-routes.js";
+import type { CaddyProcessStatus } from "../proxy/embedded-caddy.js";
+import { accepts, showAddress, tcpAddresses } from "../proxy/listen-addresses.js";
+import type { CaddyAdminAddress } from "../proxy/settings.js";
+import type { Db } from "../store/db.js";
+import type { SystemService } from "../system/service.js";
+import type { AgentStatus, Check, Readiness } from "./schemas.js";
+
+/** The embedded Caddy as the health area sees it. */
+export interface SupervisedCaddy {
+  status(): CaddyProcessStatus;
+  caddyVersion(): Promise<string | null>;
+}
+
+export interface HealthServiceOptions {
+  db: Db;
+  caddyAdmin: CaddyAdminAddress;
+  /** Name of the managed server under `apps.http.servers`. */
+  server: string;
+  /** The agent's own Caddy; undefined with HOSTKEEPER_CADDY_ADMIN. */
+  embedded: SupervisedCaddy | undefined;
+  system: SystemService;
+  operator: OperatorService;
+}
+
+/** Each readiness probe waits this long at most for Caddy, and for each listener. */
+const PROBE_TIMEOUT_MS = 1_000;
+/** Reading the routes for their count. */
+const STATUS_READ_TIMEOUT_MS = 5_000;
+
+const ok = (detail: string): Check => ({ status: "ok", detail });
+const failing = (detail: string): Check => ({ status: "failing", detail });
+
+/**
+ * Liveness, readiness and status. Readiness is cheap and bounded: one query of the database, one small read
+ * of Caddy's admin API and a TCP connect per listen address, each with a short time-out, and requests that
+ * arrive while a probe is under way share its answer.
+ */
+export class HealthService {
+  private readonly probeAdmin: CaddyAdmin;
+  private readonly statusRoutes: CaddyRoutes;
+  private readonly countQuery;
+  private readonly outboxQuery;
+  private probe: Promise<Readiness> | undefined;
+  private readonly agentVersion = packageVersion();
+  /** When the agent's process started. */
+  private readonly startedAt = Date.now() - process.uptime() * 1000;
+
+  constructor(private readonly o: HealthServiceOptions) {
+    this.probeAdmin = new CaddyAdmin(o.caddyAdmin, PROBE_TIMEOUT_MS);
+    this.statusRoutes = new CaddyRoutes(new CaddyAdmin(o.caddyAdmin, STATUS_READ_TIMEOUT_MS), {
+      server: o.server,
+      listen: [],
+    });
+    // A read of the database file itself (its first page), not only of the connection.
+    this.countQuery = o.db.prepare("SELECT count(*) AS n FROM schema_migrations");
+    // The outbox's own table, read here rather than through the outbox: a count for the status, nothing more.
+    this.outboxQuery = o.db.prepare(
+      "SELECT state, count(*) AS n FROM outbox_events WHERE state IN ('pending', 'dead') GROUP BY state",
+    );
+  }
+
+  readiness(): Promise<Readiness> {
+    this.probe ??= this.checkReadiness().finally(() => {
+      this.probe = undefined;
+    });
+    return this.probe;
+  }
+
+  async status(): Promise<AgentStatus> {
+    const [readiness, routeCount, caddyVersion, managerVersion] = await Promise.all([
+      this.readiness(),
+      this.routeCount(),
+      this.o.embedded?.caddyVersion() ?? Promise.resolve(null),
+      this.o.system.packageManagerVersion(),
+    ]);
+    const counts = Object.fromEntries(
+      (this.outboxQuery.all() as { state: string; n: number }[]).map((r) => [r.state, r.n]),
+    );
+    const check = this.o.system.lastCheck();
+    const embedded = this.o.embedded?.status();
+    const reachable = readiness.checks.caddy_admin.status === "ok";
+    const state =
+      embedded?.state === "restarting" || embedded?.state === "stopped"
+        ? embedded.state
+        : reachable
+          ? "running"
+          : "unreachable";
+    return {
+      versions: {
+        agent: this.agentVersion,
+        node: process.version,
+        caddy: caddyVersion,
+        package_manager: { name: this.o.system.packageManager, version: managerVersion ?? null },
+      },
+      started_at: new Date(this.startedAt).toISOString(),
+      uptime_seconds: Math.floor((Date.now() - this.startedAt) / 1000),
+      caddy: {
+        mode: embedded ? "embedded" : "external",
+        state,
+        pid: embedded?.pid ?? null,
+        adopted: embedded?.adopted ?? false,
+        restarts: embedded?.restarts ?? 0,
+        last_exit_at: embedded?.lastExitAt ?? null,
+        last_restart_at: embedded?.lastRestartAt ?? null,
+      },
+      routes: { count: routeCount },
+      outbox: { pending: counts.pending ?? 0, dead: counts.dead ?? 0 },
+      updates: {
+        last_check_at: check?.checked_at ?? null,
+        security_updates: check?.security_updates ?? null,
+        regular_updates: check?.regular_updates ?? null,
+        reboot_required: check?.reboot_required ?? null,
+      },
+      operator: { active_instance: this.o.operator.activeInstance() },
+      readiness,
+    };
+  }
+
+  private async checkReadiness(): Promise<Readiness> {
+    const database = this.checkDatabase();
+    const { caddyAdmin, listeners } = await this.checkCaddy();
+    const checks = { database, caddy_admin: caddyAdmin, listeners };
+    const ready = Object.values(checks).every((c) => c.status === "ok");
+    return { status: ready ? "ready" : "not_ready", checks };
+  }
+
+  private checkDatabase(): Check {
+    try {
+      this.countQuery.get();
+      return ok("answers");
+    } catch (err) {
+      return failing(`does not answer: ${(err as Error).message}`);
+    }
+  }
+
+  /** One read of the managed server's listen list proves the admin API answers and says what to connect to. */
+  private async checkCaddy(): Promise<{ caddyAdmin: Check; listeners: Check }> {
+    const server = this.o.server;
+    let res: Awaited<ReturnType<CaddyAdmin["raw"]>>;
+    try {
+      res = await this.probeAdmin.raw("GET", `/config/apps/http/servers/${server}/listen`);
+    } catch (err) {
+      return {
+        caddyAdmin: failing((err as Error).message),
+        listeners: failing("unknown: Caddy's admin API does not answer"),
+      };
+    }
+    const caddyAdmin = ok("answers");
+    const listen = res.status === 200 ? (JSON.parse(res.text) as string[] | null) : null;
+    // A missing server reads as null, or as 400/404 when a parent key is missing too.
+    if (listen === null) {
+      if (res.status !== 200 && res.status !== 400 && res.status !== 404)
+        return {
+          caddyAdmin: failing(`answered ${res.status}: ${caddyErrorText(res)}`),
+          listeners: failing("unknown"),
+        };
+      return {
+        caddyAdmin,
+        listeners: this.o.embedded
+          ? failing(`the managed server ${server} does not exist`)
+          : ok(`the managed server ${server} does not exist yet; the first route creates it`),
+      };
+    }
+    const addresses = tcpAddresses(listen);
+    if (addresses.length === 0) return { caddyAdmin, listeners: ok("no TCP listen address to check") };
+    const wildcardHost = this.remoteAdminHost();
+    const results = await Promise.all(
+      addresses.map(async (a) => ({ a, r: await accepts(a, PROBE_TIMEOUT_MS, wildcardHost) })),
+    );
+    const down = results.filter((x) => !x.r.ok);
+    const listeners =
+      down.length === 0
+        ? ok(`bound: ${addresses.map(showAddress).join(", ")}`)
+        : failing(`not bound: ${down.map((x) => `${showAddress(x.a)} (${x.r.error})`).join(", ")}`);
+    return { caddyAdmin, listeners };
+  }
+
+  /** A Caddy whose admin API is on another host listens there: its wildcard addresses are tried on that host. */
+  private remoteAdminHost(): string | undefined {
+    const a = this.o.caddyAdmin;
+    if (a.kind !== "tcp") return undefined;
+    const host = a.url.hostname.replace(/^\[|\]$/g, "");
+    return ["localhost", "127.0.0.1", "::1"].includes(host) ? undefined : host;
+  }
+
+  private async routeCount(): Promise<number | null> {
+    try {
+      const routes = JSON.parse(await this.statusRoutes.text()) as unknown;
+      return Array.isArray(routes) ? routes.length : null;
+    } catch {
+      // Caddy down or refusing: the status says so elsewhere; the count is unknown.
+      return null;
+    }
+  }
+}

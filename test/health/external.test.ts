@@ -1,0 +1,139 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { packageVersion } from "../../src/paths.js";
+import { buildTestApp } from "../helpers/app.js";
+import { startCaddy } from "../helpers/caddy.js";
+import { startReceiver, startUpstream } from "../helpers/http.js";
+
+/** The agent on a Caddy of its own (HOSTKEEPER_CADDY_ADMIN), as an operator of another Caddy would run it. */
+async function setup(t: Parameters<typeof startCaddy>[0], opts: { withServer?: boolean } = {}) {
+  const caddy = await startCaddy(t, opts);
+  const h = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${caddy.httpPort}`,
+    // Status asks the package manager its version only; nothing here may reach this host's packages.
+    HOSTKEEPER_PACKAGE_MANAGER: "apt",
+    HOSTKEEPER_APT_CONFIG: "/nonexistent/apt.conf",
+  });
+  return { caddy, ...h };
+}
+
+describe("GET /readyz", () => {
+  test("200 without a token when the database, Caddy's admin API and the listeners answer", async (t) => {
+    const { app, caddy } = await setup(t);
+    const r = await app.inject({ method: "GET", url: "/readyz" });
+    assert.equal(r.statusCode, 200, r.body);
+    assert.deepEqual(r.json(), {
+      status: "ready",
+      checks: {
+        database: { status: "ok", detail: "answers" },
+        caddy_admin: { status: "ok", detail: "answers" },
+        listeners: { status: "ok", detail: `bound: 127.0.0.1:${caddy.httpPort}` },
+      },
+    });
+  });
+
+  test("503 naming the failing checks while Caddy is down, 200 once it is back", async (t) => {
+    const { app, caddy } = await setup(t);
+    await caddy.stop();
+    const down = await app.inject({ method: "GET", url: "/readyz" });
+    assert.equal(down.statusCode, 503, down.body);
+    const body = down.json();
+    assert.equal(body.status, "not_ready");
+    assert.equal(body.checks.database.status, "ok");
+    assert.equal(body.checks.caddy_admin.status, "failing");
+    assert.match(body.checks.caddy_admin.detail, /ECONNREFUSED/);
+    assert.equal(body.checks.listeners.status, "failing");
+    await caddy.start();
+    assert.equal((await app.inject({ method: "GET", url: "/readyz" })).statusCode, 200);
+  });
+
+  test("503 when the database fails the probe's query", async (t) => {
+    const { app } = await setup(t);
+    // The table the probe reads, gone: a real failure of the query, which nothing else reads after the start.
+    app.services.db.exec("DROP TABLE schema_migrations");
+    const r = await app.inject({ method: "GET", url: "/readyz" });
+    assert.equal(r.statusCode, 503, r.body);
+    assert.deepEqual(r.json().checks.database, {
+      status: "failing",
+      detail: "does not answer: no such table: schema_migrations",
+    });
+    assert.equal(r.json().checks.caddy_admin.status, "ok");
+  });
+
+  test("a Caddy without the managed server yet is ready: the first route creates it", async (t) => {
+    const { app } = await setup(t, { withServer: false });
+    const r = await app.inject({ method: "GET", url: "/readyz" });
+    assert.equal(r.statusCode, 200, r.body);
+    assert.equal(
+      r.json().checks.listeners.detail,
+      "the managed server srv0 does not exist yet; the first route creates it",
+    );
+  });
+});
+
+describe("GET /v1/status", () => {
+  test("an external Caddy: no PID or restarts of the agent's, routes counted, outbox and updates as they are", async (t) => {
+    const { call } = await setup(t);
+    const up = await startUpstream(t, "u");
+    const failing = await startReceiver(t, { status: () => 500 });
+    const gone = await startReceiver(t, { status: () => 410 });
+    for (const [domain, callback] of [
+      ["one.test", failing.url],
+      ["two.test", gone.url],
+      ["three.test", undefined],
+    ] as const) {
+      const r = await call({
+        method: "POST",
+        url: "/v1/proxy/routes",
+        payload: {
+          domain,
+          upstreams: [{ dial: `127.0.0.1:${up.port}` }],
+          ...(callback ? { callback_url: callback } : {}),
+        },
+      });
+      assert.equal(r.statusCode, 201, r.body);
+    }
+    const r = await call({ method: "GET", url: "/v1/status" });
+    assert.equal(r.statusCode, 200, r.body);
+    const s = r.json();
+    assert.equal(s.versions.agent, packageVersion());
+    assert.equal(s.versions.node, process.version);
+    assert.equal(s.versions.caddy, null, "another's Caddy: its admin API does not say its version");
+    assert.equal(s.versions.package_manager.name, "apt");
+    const since = (Date.now() - Date.parse(s.started_at)) / 1000;
+    assert.ok(since >= 0 && s.uptime_seconds <= since, `up ${s.uptime_seconds} s, started ${since} s ago`);
+    assert.deepEqual(s.caddy, {
+      mode: "external",
+      state: "running",
+      pid: null,
+      adopted: false,
+      restarts: 0,
+      last_exit_at: null,
+      last_restart_at: null,
+    });
+    assert.deepEqual(s.routes, { count: 3 });
+    // Each change with a callback sends route_backup then route_change, and their first attempts ended before
+    // the answers: the 500 receiver's two are retried later, the 410 receiver's two are dead at once.
+    assert.deepEqual(s.outbox, { pending: 2, dead: 2 });
+    assert.deepEqual(s.updates, {
+      last_check_at: null,
+      security_updates: null,
+      regular_updates: null,
+      reboot_required: null,
+    });
+    assert.deepEqual(s.operator, { active_instance: null });
+    assert.equal(s.readiness.status, "ready");
+  });
+
+  test("Caddy down is a state, not an error", async (t) => {
+    const { call, caddy } = await setup(t);
+    await caddy.stop();
+    const r = await call({ method: "GET", url: "/v1/status" });
+    assert.equal(r.statusCode, 200, r.body);
+    const s = r.json();
+    assert.equal(s.caddy.state, "unreachable");
+    assert.equal(s.routes.count, null);
+    assert.equal(s.readiness.status, "not_ready");
+  });
+});
