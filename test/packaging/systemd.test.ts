@@ -17,6 +17,23 @@ const nextVersion = version.replace(/(\d+)$/, (n) => String(Number(n) + 1));
 const ROUTE = "app.localhost";
 /** A request to the route through Caddy on the container's loopback. */
 const CURL = `curl -s --max-time 5 -H 'Host: ${ROUTE}' http://127.0.0.1/`;
+const OPERATOR = "operator.localhost";
+const CURL_OPERATOR = `curl -s --max-time 5 -H 'Host: ${OPERATOR}' http://127.0.0.1/`;
+/** An operator release: a script running the bundled Node as an HTTP server on $PORT, healthy at /health. */
+const OPERATOR_ARTIFACT = `#!/bin/sh
+exec /usr/lib/hostkeeper/node/bin/node -e "require('http').createServer((q, s) => s.end(q.url === '/health' ? 'ok' : 'operator ' + process.env.OPERATOR_VERSION)).listen(Number(process.env.PORT), '127.0.0.1')"
+`;
+/** Serves /var/tmp/releases (the operator's artifacts) and accepts the agent's callbacks, on 127.0.0.1:9100. */
+const ARTIFACT_SERVER = `
+const fs = require("fs");
+require("http").createServer((q, s) => {
+  if (q.method !== "GET") { q.resume(); s.statusCode = 204; return s.end(); }
+  fs.readFile("/var/tmp/releases" + q.url.split("?")[0].replaceAll("..", ""), (err, data) => {
+    s.statusCode = err ? 404 : 200;
+    s.end(err ? "" : data);
+  });
+}).listen(9100, "127.0.0.1");
+`;
 
 interface Built {
   deb: string;
@@ -194,6 +211,80 @@ describe("packages", () => {
       );
     });
 
+    test("an operator instance the agent started survives agent restarts and stops; Caddy reads its upstream file", async () => {
+      const config = JSON.parse(await c().ok(["cat", "/etc/hostkeeper/config.json"])) as Record<
+        string,
+        unknown
+      >;
+      const operatorConfig = {
+        ...config,
+        operatorDomain: OPERATOR,
+        operatorCommunitySource: "http://127.0.0.1:9100",
+        operatorAllowHttp: true,
+        operatorWatchMs: 1000,
+        operatorDrainMs: 0,
+      };
+      await c().ok([
+        "/bin/sh",
+        "-c",
+        `cat > /etc/hostkeeper/config.json <<'EOF'\n${JSON.stringify(operatorConfig, null, 2)}\nEOF`,
+      ]);
+      await c().sh(
+        `mkdir -p /var/tmp/releases/1.0.0 && cd /var/tmp/releases/1.0.0 && cat > operator <<'EOF'\n${OPERATOR_ARTIFACT}EOF\nsha256sum operator > SHA256SUMS`,
+      );
+      await c().ok([
+        "systemd-run",
+        "--unit=hk-test-artifacts",
+        "/usr/lib/hostkeeper/node/bin/node",
+        "-e",
+        ARTIFACT_SERVER,
+      ]);
+      await c().ok(["systemctl", "restart", "hostkeeper.service"], { timeoutMs: 60_000 });
+      const api = (method: string, path: string, data?: string) =>
+        c().sh(
+          `curl -s --max-time 10 -X ${method} -H "Authorization: Bearer $(cat /var/lib/hostkeeper/token)" ` +
+            `-H 'content-type: application/json' ${data ? `-d '${data}' ` : ""}http://127.0.0.1:8626${path}`,
+        );
+      const body = JSON.stringify({
+        callback_url: "http://127.0.0.1:9100/callback",
+        update_process_id: "upd-1",
+        version: "1.0.0",
+      });
+      const accepted = JSON.parse(await api("POST", "/v1/operator/update", body)) as { state?: string };
+      assert.ok(accepted.state, JSON.stringify(accepted));
+      await waitFor("the update completes", 60_000, async () => {
+        const u = JSON.parse(await api("GET", "/v1/operator/update/upd-1")) as { state: string };
+        if (u.state === "failed" || u.state === "rolled_back") throw new Error(JSON.stringify(u));
+        return u.state === "completed" ? true : undefined;
+      });
+      // Through Caddy, which reads the upstream file on every request as its own user.
+      assert.equal(await c().sh(CURL_OPERATOR), "operator 1.0.0");
+      assert.equal(
+        (
+          await c().ok([
+            "stat",
+            "-c",
+            "%a %U",
+            "/var/lib/hostkeeper-proxy",
+            "/var/lib/hostkeeper-proxy/operator-upstream",
+          ])
+        ).trim(),
+        "755 root\n644 root",
+      );
+      const instance = JSON.parse(await api("GET", "/v1/operator/running-instance")) as { pid: number };
+
+      await c().ok(["systemctl", "restart", "hostkeeper.service"], { timeoutMs: 60_000 });
+      // The same process, adopted by the new agent, still serving through Caddy.
+      await c().sh(`kill -0 ${instance.pid}`);
+      const adopted = JSON.parse(await api("GET", "/v1/operator/running-instance")) as { pid: number };
+      assert.equal(adopted.pid, instance.pid);
+      assert.equal(await c().sh(CURL_OPERATOR), "operator 1.0.0");
+      await c().ok(["systemctl", "stop", "hostkeeper.service"], { timeoutMs: 60_000 });
+      await c().sh(`kill -0 ${instance.pid}`);
+      assert.equal(await c().sh(CURL_OPERATOR), "operator 1.0.0");
+      await c().ok(["systemctl", "start", "hostkeeper.service"], { timeoutMs: 60_000 });
+    });
+
     test("kill -9 of Caddy's main process: systemd restarts it, routes intact, within 10 s", async () => {
       const before = await mainPid(c(), "hostkeeper-caddy.service");
       const killed = Date.now();
@@ -229,10 +320,11 @@ describe("packages", () => {
       assert.equal(await mainPid(c(), "hostkeeper-caddy.service"), caddyBefore);
       assert.match(await c().ok(["hostkeeper", "routes", "list"]), /^app\.localhost /m);
       assert.equal(await c().sh(CURL), "backend ok");
+      assert.equal(await c().sh(CURL_OPERATOR), "operator 1.0.0");
     });
 
     test("remove stops both units; purge removes the configuration and leaves no unit behind", async () => {
-      await c().ok(["dpkg", "-r", "hostkeeper"], { timeoutMs: 60_000 });
+      const removed = await c().ok(["dpkg", "-r", "hostkeeper"], { timeoutMs: 60_000 });
       const states = await c().exec([
         "systemctl",
         "is-active",
@@ -240,6 +332,15 @@ describe("packages", () => {
         "hostkeeper-caddy.service",
       ]);
       assert.equal(states.stdout.trim(), "inactive\ninactive");
+      // The operator instance is left running, and the removal says how to stop it; that works.
+      assert.match(removed, /operator instances still running are left alone/);
+      await c().ok(["systemctl", "kill", "hostkeeper.service"]);
+      await waitFor("the operator instance stops", 10_000, async () =>
+        (await c().exec(["curl", "-s", "--max-time", "2", "http://127.0.0.1:7101/health"])).code !== 0 &&
+        (await c().exec(["curl", "-s", "--max-time", "2", "http://127.0.0.1:7102/health"])).code !== 0
+          ? true
+          : undefined,
+      );
       const purge = await c().ok(["dpkg", "-P", "hostkeeper"], { timeoutMs: 60_000 });
       assert.match(purge, /Left in place.*\n.*\/var\/lib\/hostkeeper /);
       await c().ok(["systemctl", "daemon-reload"]);
