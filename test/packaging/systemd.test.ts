@@ -5,7 +5,15 @@
  * queries and a scratch-root install check the packages from outside.
  */
 import assert from "node:assert/strict";
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  appendFileSync,
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { basename, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { packageVersion, projectRoot } from "../../src/paths.js";
@@ -41,21 +49,30 @@ interface Built {
   nextDeb: string;
 }
 
-/** The .deb at `newVersion`: unpacked, its version changed (control file and the agent's package.json), packed. */
+/**
+ * The .deb at `newVersion`: unpacked, its version changed (control file and the agent's package.json), its
+ * Caddy binary one byte longer (a new Caddy, as far as the upgrade can tell; it still runs), packed again.
+ */
 async function debAtVersion(deb: string, newVersion: string, dir: string): Promise<string> {
   const tree = join(dir, "next");
   await check("dpkg-deb", ["-R", deb, tree]);
   const control = join(tree, "DEBIAN/control");
   writeFileSync(control, readFileSync(control, "utf8").replace(/^Version: .*$/m, `Version: ${newVersion}`));
-  const pkgJson = join(tree, "usr/lib/hostkeeper/package.json");
-  const pkg = JSON.parse(readFileSync(pkgJson, "utf8")) as { version: string };
-  writeFileSync(pkgJson, `${JSON.stringify({ ...pkg, version: newVersion }, null, 2)}\n`);
-  const sums = (await check("md5sum", ["usr/lib/hostkeeper/package.json"], { cwd: tree })).trim();
+  const pkgJson = "usr/lib/hostkeeper/package.json";
+  const pkg = JSON.parse(readFileSync(join(tree, pkgJson), "utf8")) as { version: string };
+  writeFileSync(join(tree, pkgJson), `${JSON.stringify({ ...pkg, version: newVersion }, null, 2)}\n`);
+  const caddy = "usr/lib/hostkeeper/caddy/caddy";
+  appendFileSync(join(tree, caddy), "\n");
   const md5sums = join(tree, "DEBIAN/md5sums");
-  writeFileSync(
-    md5sums,
-    readFileSync(md5sums, "utf8").replace(/^\S+ {2}usr\/lib\/hostkeeper\/package\.json$/m, sums),
-  );
+  let sums = readFileSync(md5sums, "utf8");
+  for (const line of (await check("md5sum", [pkgJson, caddy], { cwd: tree })).trim().split("\n")) {
+    const file = line.slice(line.indexOf("  ") + 2);
+    sums = sums
+      .split("\n")
+      .map((l) => (l.endsWith(`  ${file}`) ? line : l))
+      .join("\n");
+  }
+  writeFileSync(md5sums, sums);
   const out = join(dir, `hostkeeper_${newVersion}_amd64.deb`);
   await check("dpkg-deb", ["--root-owner-group", "-Zgzip", "-z1", "-b", tree, out], { timeoutMs: 120_000 });
   rmSync(tree, { recursive: true, force: true });
@@ -310,7 +327,11 @@ describe("packages", () => {
       const caddyBefore = await mainPid(c(), "hostkeeper-caddy.service");
       const loop = requestLoop(c(), 12);
       await new Promise((r) => setTimeout(r, 500));
-      await c().ok(["dpkg", "-i", `/var/tmp/${basename(built.nextDeb)}`], { timeoutMs: 120_000 });
+      const upgraded = await c().ok(["dpkg", "-i", `/var/tmp/${basename(built.nextDeb)}`], {
+        timeoutMs: 120_000,
+      });
+      // A new Caddy binary: the running Caddy keeps its own until its next restart, and the upgrade says so.
+      assert.match(upgraded, /Caddy keeps running its previous binary; 'systemctl restart hostkeeper-caddy'/);
       const { ok, failed } = await loop;
       assert.equal(failed, 0, `${failed} of ${ok + failed} requests failed during the upgrade`);
       assert.equal((await c().ok(["hostkeeper", "--version"])).trim(), `hostkeeper ${nextVersion}`);
