@@ -19,6 +19,8 @@ import {
 } from "./http/edge.js";
 import { registerOpenApi } from "./http/openapi.js";
 import type { App } from "./http/types.js";
+import { Metrics } from "./metrics/metrics.js";
+import { registerMetricsRoutes } from "./metrics/routes.js";
 import { registerOperatorRoutes } from "./operator/routes.js";
 import { operatorSharedSchemas } from "./operator/schemas.js";
 import { OperatorService } from "./operator/service.js";
@@ -71,6 +73,7 @@ declare module "fastify" {
       routes: RouteService;
       writer: RouteWriter;
       operator: OperatorService;
+      metrics: Metrics;
     };
     /** Every route the app serves, as registered (tests walk it). */
     registeredRoutes: () => readonly RegisteredRoute[];
@@ -115,22 +118,27 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
+  const metrics = new Metrics();
   const deny = new DenyList(events.webhookDenyCidrs);
   const outbox = new Outbox(db, {
+    metrics,
     secret,
     deny,
     timeoutMs: events.webhookTimeoutMs,
     retryScheduleSeconds: events.webhookRetrySchedule,
     log: logger.child({ component: "outbox" }),
   });
-  const admin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs);
+  metrics.readOutboxStates(() => outbox.countByState());
+  const admin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs, metrics);
   const writer = new RouteWriter(admin, {
+    metrics,
     server: proxy.caddyServer,
     listen: proxy.caddyListen,
     log: logger.child({ component: "route-writer" }),
   });
   const routes = new RouteService({
     db,
+    metrics,
     writer,
     outbox,
     deny,
@@ -140,6 +148,7 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
   });
   const systemService = new SystemService({
     db,
+    metrics,
     manager: createPackageManager(system, process.env),
     lockTimeoutMs: system.lockTimeoutMs,
     rebootCommand: system.rebootCommand,
@@ -149,6 +158,7 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
   });
   const operator = new OperatorService({
     db,
+    metrics,
     outbox,
     routes,
     deny,
@@ -156,6 +166,7 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     dataDir: agent.dataDir,
     log: logger.child({ component: "operator" }),
   });
+  metrics.readCaddyRestarts(() => embeddedCaddy?.status().restarts ?? 0);
   const health = new HealthService({
     db,
     caddyAdmin: caddyAddress,
@@ -164,7 +175,7 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     system: systemService,
     operator,
   });
-  app.decorate("services", { db, outbox, routes, writer, operator });
+  app.decorate("services", { db, outbox, routes, writer, operator, metrics });
 
   // JSON is the only body the API takes; anything else is 415 rather than a string failing validation.
   app.removeContentTypeParser("text/plain");
@@ -185,6 +196,7 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
   registerSystemRoutes(app, systemService);
   registerOperatorRoutes(app, operator);
   registerEventRoutes(app, outbox);
+  registerMetricsRoutes(app, metrics);
 
   app.addHook("onReady", async () => {
     outbox.start();

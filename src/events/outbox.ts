@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
+import type { AttemptOutcome, Metrics } from "../metrics/metrics.js";
 import type { Db, Migration } from "../store/db.js";
 import { settledWithin } from "../util/timers.js";
 import { type DenyList, guardedPost } from "./egress.js";
@@ -91,6 +92,7 @@ export interface OutboxOptions {
   log: Logger;
   /** How many deliveries the worker runs at once. */
   concurrency?: number;
+  metrics?: Metrics;
 }
 
 export interface NewEvent {
@@ -128,6 +130,7 @@ export class Outbox {
   private readonly listed;
   private readonly attemptsOfIds;
   private readonly markRedelivered;
+  private readonly byState;
 
   constructor(
     private readonly db: Db,
@@ -156,6 +159,8 @@ export class Outbox {
          delivered_at = @delivered_at, last_error = @last_error WHERE id = @id`,
     );
     this.byId = db.prepare("SELECT * FROM outbox_events WHERE id = ?");
+    // Counted on the (state, next_attempt_at) index, without reading a row.
+    this.byState = db.prepare("SELECT state, count(*) AS n FROM outbox_events GROUP BY state");
     // Newest first in the order written (rowid), which needs no sort however many events are kept.
     this.listed = db.prepare(
       `SELECT * FROM outbox_events WHERE (@state IS NULL OR state = @state) AND (@type IS NULL OR type = @type)
@@ -186,6 +191,13 @@ export class Outbox {
       created_at: now.toISOString(),
     });
     return id;
+  }
+
+  /** How many events are in each state (a state without events is left out). */
+  countByState(): Record<string, number> {
+    return Object.fromEntries(
+      (this.byState.all() as { state: EventState; n: number }[]).map((r) => [r.state, r.n]),
+    );
   }
 
   get(id: string): OutboxEvent | undefined {
@@ -382,6 +394,14 @@ export class Outbox {
         last_error: error,
       });
     })();
+    const outcome: AttemptOutcome = ok
+      ? "delivered"
+      : statusCode === 410
+        ? "gone"
+        : state === "dead"
+          ? "dead"
+          : "failed";
+    this.opts.metrics?.deliveryAttempts.inc({ outcome });
     if (ok) this.opts.log.debug({ event: ev.id, type: ev.type, attempt: attemptNo }, "callback delivered");
     else
       this.opts.log.warn(

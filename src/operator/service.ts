@@ -5,6 +5,7 @@ import type { Logger } from "pino";
 import { callbackUrlProblem, type DenyList } from "../events/egress.js";
 import type { Outbox } from "../events/outbox.js";
 import { ApiError, type FieldError, validationFailed } from "../http/errors.js";
+import type { Metrics } from "../metrics/metrics.js";
 import { canonicalJson } from "../proxy/plan.js";
 import type { RouteService } from "../proxy/service.js";
 import type { AppConfig } from "../settings.js";
@@ -37,6 +38,7 @@ export interface OperatorServiceOptions {
   log: Logger;
   /** Source of the `AWS_*` credentials and of the few variables instances inherit; default `process.env`. */
   env?: NodeJS.ProcessEnv;
+  metrics?: Metrics;
 }
 
 /** States in which nothing has touched the operator's route yet. */
@@ -88,7 +90,7 @@ export class OperatorService {
     const c = o.config;
     const env = o.env ?? process.env;
     this.routeId = o.routes.operatorRouteId;
-    this.store = new OperatorStore(o.db, o.outbox);
+    this.store = new OperatorStore(o.db, o.outbox, o.metrics);
     this.instances = new Instances({
       root: join(o.dataDir, "operator"),
       artifactName: c.artifactName,

@@ -1,4 +1,5 @@
 import type { Outbox } from "../events/outbox.js";
+import type { Metrics } from "../metrics/metrics.js";
 import type { Db, Migration } from "../store/db.js";
 import type { UpdateErrorCode } from "./failure.js";
 import type { UpdateState, UpdateStatus } from "./schemas.js";
@@ -122,6 +123,8 @@ export class OperatorStore {
   constructor(
     private readonly db: Db,
     private readonly outbox: Outbox,
+    /** Counts updates by the final state they reach. */
+    private readonly metrics?: Metrics,
   ) {}
 
   slot(slot: Slot): SlotRow {
@@ -203,6 +206,7 @@ export class OperatorStore {
         .run({ ...fields, id, state, now, finished: TERMINAL.has(state) ? now : null });
       this.recordState(id, state, now);
     })();
+    if (TERMINAL.has(state)) this.metrics?.operatorUpdates.inc({ state });
     this.outbox.kick();
     return this.get(id) as UpdateRow;
   }

@@ -1,11 +1,25 @@
 import http from "node:http";
+import {
+  type CaddyErrorReason,
+  type CaddyRequestOutcome,
+  type Metrics,
+  secondsSince,
+} from "../metrics/metrics.js";
 import type { CaddyAdminAddress } from "./settings.js";
 
 /** Caddy's admin endpoint could not be reached or did not answer in time. */
 export class CaddyUnavailableError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
+  /** Why no answer came: no connection, no answer in time, or an answer broken off. */
+  readonly reason: Exclude<CaddyErrorReason, "status">;
+
+  constructor(
+    message: string,
+    options?: { cause?: unknown; reason?: Exclude<CaddyErrorReason, "status"> | undefined },
+  ) {
     super(message, options);
     this.name = "CaddyUnavailableError";
+    const code = (options?.cause as NodeJS.ErrnoException | undefined)?.code;
+    this.reason = options?.reason ?? (code === "ETIMEDOUT" ? "timeout" : "unreachable");
   }
 }
 
@@ -39,6 +53,8 @@ export class CaddyAdmin {
   constructor(
     readonly address: CaddyAdminAddress,
     private readonly timeoutMs: number,
+    /** Where each request's latency and each error is counted; absent for clients nobody scrapes. */
+    private readonly metrics?: Metrics,
   ) {
     this.base =
       address.kind === "unix"
@@ -52,6 +68,34 @@ export class CaddyAdmin {
 
   /** One request. Throws CaddyUnavailableError when no answer came; returns any status Caddy answered. */
   raw(method: string, path: string, opts: { body?: string; ifMatch?: string } = {}): Promise<CaddyResponse> {
+    const started = process.hrtime.bigint();
+    return this.request(method, path, opts).then(
+      (res) => {
+        this.observe(
+          method,
+          started,
+          `${Math.min(Math.max(Math.floor(res.status / 100), 2), 5)}xx` as CaddyRequestOutcome,
+        );
+        return res;
+      },
+      (err: unknown) => {
+        this.observe(method, started, "error");
+        const reason = err instanceof CaddyUnavailableError ? err.reason : "unreachable";
+        this.metrics?.caddyAdminErrors.inc({ method, reason });
+        throw err;
+      },
+    );
+  }
+
+  private observe(method: string, started: bigint, outcome: CaddyRequestOutcome): void {
+    this.metrics?.caddyAdminDuration.observe({ method, outcome }, secondsSince(started));
+  }
+
+  private request(
+    method: string,
+    path: string,
+    opts: { body?: string; ifMatch?: string },
+  ): Promise<CaddyResponse> {
     return new Promise((resolve, reject) => {
       const headers: Record<string, string> = { ...(this.base.headers as Record<string, string>) };
       if (opts.body !== undefined) {
@@ -84,6 +128,7 @@ export class CaddyAdmin {
           reject(
             new CaddyUnavailableError(`Caddy's admin API broke off its answer: ${err.message}`, {
               cause: err,
+              reason: "aborted",
             }),
           );
         });
@@ -131,7 +176,10 @@ export class CaddyAdmin {
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
       ...(ifMatch ? { ifMatch } : {}),
     });
-    if (res.status < 200 || res.status >= 300) throw new CaddyApiError(res.status, caddyErrorText(res));
+    if (res.status < 200 || res.status >= 300) {
+      this.metrics?.caddyAdminErrors.inc({ method, reason: "status" });
+      throw new CaddyApiError(res.status, caddyErrorText(res));
+    }
   }
 }
 

@@ -3,6 +3,7 @@ import type { DenyList } from "../events/egress.js";
 import { callbackUrlProblem } from "../events/egress.js";
 import type { Outbox } from "../events/outbox.js";
 import { ApiError, type FieldError, validationFailed, withoutPaths } from "../http/errors.js";
+import type { Metrics } from "../metrics/metrics.js";
 import type { Db, Migration } from "../store/db.js";
 import { CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
 import { normalizeDomain, parseDial } from "./domain.js";
@@ -131,6 +132,7 @@ export interface RouteServiceOptions {
   operatorRouteId: string | undefined;
   firstAttemptTimeoutMs: number;
   log: Logger;
+  metrics?: Metrics;
 }
 
 /** Turns a write request into the Caddy route the agent manages, or the list of what is wrong with it. */
@@ -538,6 +540,11 @@ export class RouteService {
         if (written.ev)
           firstAttempts.push(this.o.outbox.deliverNow(written.ev, this.o.firstAttemptTimeoutMs));
       },
+    });
+    // Counted here rather than with the record: a change Caddy was unreachable for fails before it has one.
+    this.o.metrics?.routeChanges.inc({
+      operation,
+      outcome: result.ok ? "applied" : OUTCOME_OF[result.failure.kind],
     });
     let changeEvent: string | null = null;
     if (changeId !== undefined) changeEvent = this.settle(changeId, result, callbackUrl, orderingKey, about);

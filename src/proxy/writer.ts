@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import type { Metrics } from "../metrics/metrics.js";
 import { type CaddyAdmin, CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
 import { CaddyRoutes, type CaddyRoutesOptions, type RoutesState } from "./caddy-routes.js";
 import { canonicalJson, type Op, type Plan, plan, type RouteJson } from "./plan.js";
@@ -41,6 +42,7 @@ export interface WriterOptions extends CaddyRoutesOptions {
   log: Logger;
   /** Upper bound of changes sent to Caddy as one config change. */
   maxBatch?: number;
+  metrics?: Metrics;
 }
 
 /** Changes taken to Caddy together, and whether an If-Match failure may still re-read and re-apply them. */
@@ -103,6 +105,7 @@ export class RouteWriter {
           continue;
         }
         const batch = this.queue.splice(0, this.maxBatch);
+        this.opts.metrics?.routeWriteBatchSize.observe(batch.length);
         try {
           await this.apply(batch);
         } catch (err) {

@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import type { Logger } from "pino";
+import { type Metrics, type PackageOperationOutcome, secondsSince } from "../metrics/metrics.js";
 import type { Db, Migration } from "../store/db.js";
 import { settledWithin } from "../util/timers.js";
 import { ApplyFailedError, isSystemError, PackageManagerBusyError } from "./errors.js";
@@ -76,6 +77,7 @@ export interface SystemServiceOptions {
   rebootDelayMs: number;
   env: NodeJS.ProcessEnv;
   log: Logger;
+  metrics?: Metrics;
 }
 
 /**
@@ -115,6 +117,10 @@ export class SystemService {
   }
 
   check(): Promise<SystemStatus> {
+    return this.measured("check", () => this.checkNow());
+  }
+
+  private checkNow(): Promise<SystemStatus> {
     return this.exclusive(async () => {
       const updates = await this.o.manager.check();
       const rebootRequired = await this.o.manager.rebootRequired();
@@ -176,7 +182,31 @@ export class SystemService {
   }
 
   /** Applies updates and records the apply; a scheduled reboot waits for `startScheduledReboot`. */
-  async apply(type: UpdateType, autoReboot: boolean, who: Requester): Promise<ApplyResult> {
+  apply(type: UpdateType, autoReboot: boolean, who: Requester): Promise<ApplyResult> {
+    return this.measured("apply", () => this.applyNow(type, autoReboot, who));
+  }
+
+  /** Times a check or an apply, the wait for the lock included, and counts it by how it ended. */
+  private async measured<T>(operation: "check" | "apply", run: () => Promise<T>): Promise<T> {
+    const started = process.hrtime.bigint();
+    let outcome: PackageOperationOutcome = "failed";
+    try {
+      const result = await run();
+      outcome = "succeeded";
+      return result;
+    } catch (err) {
+      const cause = err instanceof ApplyFailedError ? err.cause : err;
+      if (cause instanceof PackageManagerBusyError) outcome = "busy";
+      throw err;
+    } finally {
+      this.o.metrics?.packageOperations.observe(
+        { operation, package_manager: this.o.manager.name, outcome },
+        secondsSince(started),
+      );
+    }
+  }
+
+  private async applyNow(type: UpdateType, autoReboot: boolean, who: Requester): Promise<ApplyResult> {
     const started = new Date();
     const id = Number(
       this.insertApply.run(

@@ -6,7 +6,8 @@ import { describe, test } from "node:test";
 import { freePort } from "../../support/loopback.js";
 import { startArtifactServer } from "../helpers/artifact-servers.js";
 import { makeTestCa } from "../helpers/tls.js";
-import { fakeArtifact, instanceReaper, publish, waitFor } from "../operator/support.js";
+import { waitFor } from "../helpers/wait.js";
+import { fakeArtifact, instanceReaper, publish } from "../operator/support.js";
 import { problemLine, runCli, startCliAgent } from "./support.js";
 
 const DOMAIN = "operator.cli.test";

@@ -2,7 +2,9 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { startUpstream } from "../helpers/http.js";
 import { alive, caddyPid, request, startAgent, stopAgent } from "../helpers/serve.js";
-import { agentStatus, embeddedEnv, readyz, TOKEN, waitFor } from "./support.js";
+import { waitFor } from "../helpers/wait.js";
+import { parseExposition, value } from "../metrics/support.js";
+import { agentStatus, embeddedEnv, readyz, TOKEN } from "./support.js";
 
 /**
  * Kills the embedded Caddy by its PID and waits until the agent has another one ready; returns both PIDs
@@ -81,6 +83,9 @@ describe("the embedded Caddy is supervised", () => {
     assert.equal(s.caddy.adopted, false);
     assert.ok(Date.parse(s.caddy.last_exit_at) <= Date.parse(s.caddy.last_restart_at));
     assert.equal(s.routes.count, 1);
+    const metrics = await request(agent.port, "GET", "/metrics", TOKEN);
+    assert.equal(metrics.status, 200, metrics.body);
+    assert.equal(value(parseExposition(metrics.body).samples, "hostkeeper_caddy_restarts_total"), 1);
   });
 
   test("an adopted Caddy, found running at start, is watched by its PID and started again", async (t) => {

@@ -12,7 +12,8 @@ import { startArtifactServer } from "../helpers/artifact-servers.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { type ReceivedWebhook, startReceiver, verifyStandardWebhook, viaProxy } from "../helpers/http.js";
 import { makeTestCa } from "../helpers/tls.js";
-import { distinctCallbacks, fakeArtifact, instanceReaper, publish, waitFor } from "./support.js";
+import { waitFor } from "../helpers/wait.js";
+import { distinctCallbacks, fakeArtifact, instanceReaper, publish } from "./support.js";
 
 const DOMAIN = "operator-restart.test";
 

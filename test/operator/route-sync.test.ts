@@ -11,7 +11,8 @@ import { startArtifactServer } from "../helpers/artifact-servers.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver, viaProxy } from "../helpers/http.js";
 import { makeTestCa } from "../helpers/tls.js";
-import { fakeArtifact, instanceReaper, publish, waitFor } from "./support.js";
+import { waitFor } from "../helpers/wait.js";
+import { fakeArtifact, instanceReaper, publish } from "./support.js";
 
 type After = { after: (fn: () => unknown) => void };
 

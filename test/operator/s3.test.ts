@@ -12,7 +12,8 @@ import { startArtifactServer, startS3Server } from "../helpers/artifact-servers.
 import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver, viaProxy } from "../helpers/http.js";
 import { makeTestCa } from "../helpers/tls.js";
-import { fakeArtifact, instanceReaper, publish, waitFor } from "./support.js";
+import { waitFor } from "../helpers/wait.js";
+import { fakeArtifact, instanceReaper, publish } from "./support.js";
 
 const creds = {
   accessKeyId: "AKIDHOSTKEEPERTEST",

@@ -93,26 +93,6 @@ export function distinctCallbacks(received: readonly ReceivedWebhook[]): {
   return { events, repeats };
 }
 
-/** Polls `check` until it returns something other than undefined; fails after `ms`. */
-export async function waitFor<T>(
-  what: string,
-  check: () => Promise<T | undefined> | T | undefined,
-  ms = 15_000,
-): Promise<T> {
-  const end = Date.now() + ms;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await check();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ""}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
 /**
  * `workers` loops sending requests through Caddy back to back until stopped: half on a fresh connection
  * each, half on kept-alive ones.

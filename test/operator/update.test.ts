@@ -10,7 +10,9 @@ import { startArtifactServer } from "../helpers/artifact-servers.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver, verifyStandardWebhook, viaProxy } from "../helpers/http.js";
 import { makeTestCa } from "../helpers/tls.js";
-import { fakeArtifact, instanceReaper, publish, startLoad, waitFor } from "./support.js";
+import { waitFor } from "../helpers/wait.js";
+import { scrape, value } from "../metrics/support.js";
+import { fakeArtifact, instanceReaper, publish, startLoad } from "./support.js";
 
 const DOMAIN = "operator.test";
 const FINAL = ["completed", "failed", "rolled_back"];
@@ -102,6 +104,13 @@ test("operator self-update through a real Caddy", { timeout: 120_000 }, async (t
 
       const done = await finished("install-1");
       assert.equal(done.state, "completed", JSON.stringify(done.error));
+      const counted = await scrape({ call });
+      assert.equal(value(counted, "hostkeeper_operator_updates_total", { state: "completed" }), 1);
+      assert.equal(
+        value(counted, "hostkeeper_operator_updates_total"),
+        1,
+        "one update reached a final state",
+      );
       assert.deepEqual(
         done.history.map((h) => h.state),
         [

@@ -15,6 +15,7 @@ import {
 } from "../helpers/apt-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 import { holdFcntlLocks, rebootMarker } from "../helpers/processes.js";
+import { scrape, value } from "../metrics/support.js";
 
 // Taken first: the host's package state, compared by the last test.
 const hostBefore = hostPackageState();
@@ -196,6 +197,28 @@ test("a security apply installs exactly the security set, the security version w
   assert.equal(reboot.ranAt(), undefined, "no reboot when none is required");
 });
 
+test("check and apply runs are timed and counted by package manager and outcome", async (t) => {
+  const h = await setup(t);
+  assert.equal((await h.call({ method: "POST", url: "/v1/system/check-updates" })).statusCode, 200);
+  const r = await h.call({
+    method: "POST",
+    url: "/v1/system/apply-updates",
+    payload: { update_type: "security" },
+  });
+  assert.equal(r.statusCode, 200, r.body);
+  const s = await scrape(h);
+  const runs = (operation: string, outcome: string) =>
+    value(s, "hostkeeper_package_operation_duration_seconds_count", {
+      operation,
+      package_manager: "apt",
+      outcome,
+    });
+  assert.equal(runs("check", "succeeded"), 1);
+  assert.equal(runs("apply", "succeeded"), 1);
+  assert.equal(value(s, "hostkeeper_package_operation_duration_seconds_count", { outcome: "failed" }), 0);
+  assert.ok(value(s, "hostkeeper_package_operation_duration_seconds_sum", { operation: "apply" }) > 0);
+});
+
 test("a full apply upgrades everything but held packages, with new dependencies, and reports the reboot", async (t) => {
   const { call, sandbox, reboot } = await setup(t);
   const r = await call({ method: "POST", url: "/v1/system/apply-updates", payload: { update_type: "full" } });
@@ -344,15 +367,22 @@ test("a broken repository makes check a 500 problem carrying apt's own error lin
       join(broken, `debian-security/dists/bookworm-security/main/binary-${arch}/Packages`),
       "Package: corrupted\n",
     );
-  const { call } = await setup(
+  const h = await setup(
     t,
     {},
     { sourcesList: repo.sourcesList.replaceAll(repo.dir, broken), install: false },
   );
+  const { call } = h;
   const r = await call({ method: "POST", url: "/v1/system/check-updates" });
   assert.equal(r.statusCode, 500, r.body);
   const p = r.json();
   assert.equal(p.code, "package_manager_failed");
+  const counted = value(await scrape(h), "hostkeeper_package_operation_duration_seconds_count", {
+    operation: "check",
+    package_manager: "apt",
+    outcome: "failed",
+  });
+  assert.equal(counted, 1, "the failed check is counted");
   assert.match(p.detail, /^apt-get update failed \(exit 100\): /);
   assert.match(p.detail, /E: /);
   assert.doesNotMatch(

@@ -1,0 +1,117 @@
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+
+/** What Caddy's admin API did with one request: the status class it answered, or `error` for no answer. */
+export type CaddyRequestOutcome = "2xx" | "3xx" | "4xx" | "5xx" | "error";
+/** Why a request to Caddy's admin API counts as an error. */
+export type CaddyErrorReason = "unreachable" | "timeout" | "aborted" | "status";
+/** How one delivery attempt of a callback ended. */
+export type AttemptOutcome = "delivered" | "failed" | "dead" | "gone";
+export type PackageOperationOutcome = "succeeded" | "failed" | "busy";
+
+/** Every metric name starts with this; the README lists each metric. */
+const PREFIX = "hostkeeper_";
+
+/**
+ * The agent's metrics, on a registry of its own (never prom-client's global one), so every app built in one
+ * process (the tests build many) has its own. The composition root builds one and hands each area the part it
+ * records; each is recorded where the thing it counts happens. Values that already live elsewhere (the
+ * outbox's rows, the supervisor's restart count) are read when scraped.
+ */
+export class Metrics {
+  readonly registry = new Registry();
+
+  readonly routeChanges = new Counter({
+    name: `${PREFIX}route_changes_total`,
+    help: "Route changes the agent recorded, by operation and outcome (as in the route's history).",
+    labelNames: ["operation", "outcome"] as const,
+    registers: [this.registry],
+  });
+
+  readonly routeWriteBatchSize = new Histogram({
+    name: `${PREFIX}route_write_batch_size`,
+    help: "Changes the route writer took from its queue together, to go to Caddy as one config change.",
+    buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500],
+    registers: [this.registry],
+  });
+
+  readonly caddyAdminDuration = new Histogram({
+    name: `${PREFIX}caddy_admin_request_duration_seconds`,
+    help: "Requests to Caddy's admin API, by method and outcome (status class answered, or error when none came).",
+    labelNames: ["method", "outcome"] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [this.registry],
+  });
+
+  readonly caddyAdminErrors = new Counter({
+    name: `${PREFIX}caddy_admin_errors_total`,
+    help: "Requests to Caddy's admin API that failed: no answer (unreachable, timeout, aborted) or a write Caddy answered with a non-2xx status.",
+    labelNames: ["method", "reason"] as const,
+    registers: [this.registry],
+  });
+
+  readonly deliveryAttempts = new Counter({
+    name: `${PREFIX}outbox_delivery_attempts_total`,
+    help: "Callback delivery attempts, by outcome: delivered, failed (to be retried), dead (the last of the schedule), gone (the receiver answered 410).",
+    labelNames: ["outcome"] as const,
+    registers: [this.registry],
+  });
+
+  readonly packageOperations = new Histogram({
+    name: `${PREFIX}package_operation_duration_seconds`,
+    help: "check-updates and apply-updates runs, by operation, package manager and outcome (busy: the package lock was not had in time).",
+    labelNames: ["operation", "package_manager", "outcome"] as const,
+    buckets: [0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800],
+    registers: [this.registry],
+  });
+
+  readonly operatorUpdates = new Counter({
+    name: `${PREFIX}operator_updates_total`,
+    help: "Operator updates that reached a final state, by that state.",
+    labelNames: ["state"] as const,
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: PREFIX });
+  }
+
+  /** The outbox's events by state, counted at each scrape. */
+  readOutboxStates(count: () => Record<string, number>): void {
+    new Gauge({
+      name: `${PREFIX}outbox_events`,
+      help: "Callback events in the outbox, by state (pending, delivered, dead), counted at scrape time.",
+      labelNames: ["state"] as const,
+      registers: [this.registry],
+      collect() {
+        const counts = count();
+        for (const state of ["pending", "delivered", "dead"]) this.set({ state }, counts[state] ?? 0);
+      },
+    });
+  }
+
+  /** Restarts of the embedded Caddy, as counted by its supervisor (0 when the agent uses another's Caddy). */
+  readCaddyRestarts(restarts: () => number): void {
+    new Counter({
+      name: `${PREFIX}caddy_restarts_total`,
+      help: "Times the agent started its embedded Caddy again after it exited, since the agent started.",
+      registers: [this.registry],
+      collect() {
+        // The supervisor owns the count; the counter shows it rather than keeping a second one.
+        this.reset();
+        this.inc(restarts());
+      },
+    });
+  }
+
+  /** The text a Prometheus scrape gets. */
+  exposition(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}
+
+/** Seconds since `startNs` (from `process.hrtime.bigint()`). */
+export const secondsSince = (startNs: bigint): number => Number(process.hrtime.bigint() - startNs) / 1e9;
