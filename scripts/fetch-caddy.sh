@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Fetches a current Caddy (Debian sid's package; Debian stable's 2.6 lacks weighted_round_robin and is
-# older than the admin-API behaviour the agent relies on) and unpacks it into .cache/caddy without
-# installing it system-wide. The host's apt state is only read (its mirror list); lists and the .deb live
-# under the cache folder. Re-runs are no-ops once the binary is there.
+# Fetches the Caddy pinned in scripts/caddy.env (Debian's package at an exact version; Debian stable's 2.6
+# lacks weighted_round_robin and the admin-API behaviour the agent relies on) and unpacks it into
+# .cache/caddy without installing it system-wide. The .deb's sha256 is checked against the pin before
+# anything is unpacked: the index is fetched without signature checks, so the pin is what makes the file
+# trustworthy. The host's apt state is only read (its mirror list); lists and the .deb live in a temporary
+# folder. `.cache/caddy/.sha256` records what was verified, so re-runs are no-ops until the pin moves.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/caddy.env
+. "$root/scripts/caddy.env"
 dest="$root/.cache/caddy"
 bin="$dest/usr/bin/caddy"
-if [ -x "$bin" ] && "$bin" version >/dev/null 2>&1; then
-  echo "caddy: $("$bin" version | cut -d' ' -f1) at $bin"
+if [ -x "$bin" ] && [ "$(cat "$dest/.sha256" 2>/dev/null)" = "$CADDY_DEB_SHA256" ]; then
+  echo "caddy: $CADDY_VERSION at $bin"
   exit 0
 fi
 work=$(mktemp -d)
@@ -28,16 +32,29 @@ if [ -z "$mirror" ]; then
   echo "fetch-caddy: no Debian mirror configured in /etc/apt/sources.list(.d)" >&2
   exit 1
 fi
-echo "deb [trusted=yes] $mirror sid main" >"$work/sources.list"
+echo "deb [trusted=yes] $mirror $CADDY_SUITE main" >"$work/sources.list"
 opts=(-o "Dir::Etc::sourcelist=$work/sources.list" -o "Dir::Etc::sourceparts=$work/parts"
   -o "Dir::State::Lists=$work/lists" -o "Dir::Cache::archives=$work/archives"
   -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache=" -o "APT::Update::Error-Mode=any"
   -o "Acquire::Languages=none" -o "APT::Architecture=$(dpkg --print-architecture)"
   -o "APT::Sandbox::User=root")
 apt-get -qq "${opts[@]}" update
-(cd "$work" && apt-get -qq "${opts[@]}" download caddy)
+if ! (cd "$work" && apt-get -qq "${opts[@]}" download "caddy=$CADDY_VERSION"); then
+  echo "fetch-caddy: $CADDY_SUITE no longer has caddy $CADDY_VERSION; move the pin in scripts/caddy.env (README: Moving the Caddy pin)" >&2
+  exit 1
+fi
+deb=$(ls "$work"/caddy_*.deb)
+if ! echo "$CADDY_DEB_SHA256  $deb" | sha256sum --check --status; then
+  echo "fetch-caddy: $(basename "$deb") does not match the sha256 in scripts/caddy.env" >&2
+  echo "fetch-caddy: expected $CADDY_DEB_SHA256, got $(sha256sum "$deb" | cut -d' ' -f1); nothing was unpacked" >&2
+  exit 1
+fi
+# Unpacked beside the destination and renamed into place, so a half-unpacked Caddy never looks whole.
+mkdir "$work/unpacked"
+dpkg-deb -x "$deb" "$work/unpacked"
+echo "$CADDY_DEB_SHA256" >"$work/unpacked/.sha256"
+"$work/unpacked/usr/bin/caddy" version
+mkdir -p "$root/.cache"
 rm -rf "$dest"
-mkdir -p "$dest"
-dpkg-deb -x "$work"/caddy_*.deb "$dest"
-"$bin" version
-echo "caddy: unpacked to $bin"
+mv "$work/unpacked" "$dest"
+echo "caddy: $CADDY_VERSION (sha256 verified) unpacked to $bin"

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what Hostkeeper needs on a Debian machine, as root: the pinned Node.js runtime and npm
 # (scripts/runtime.env, under .cache/; the machine's own Node, if any, is never used to run the project),
-# the npm packages built against that runtime, the compiled agent (dist/), and a current Caddy under
-# .cache/. With --test it also installs what the test suite needs (see TEST_PACKAGES). Safe to run again.
+# the npm packages built against that runtime, the compiled agent (dist/), and the Caddy pinned in
+# scripts/caddy.env under .cache/. With --test it also installs what the test suite needs (see
+# TEST_PACKAGES). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the test suite uses, added by each area's tests.
-TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c openssl python3)
+# Debian packages the test suite uses, added by each area's tests (the packaging tests: a systemd container
+# from mmdebstrap booted with systemd-nspawn, lintian; rpm builds the RPM).
+TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c openssl python3 systemd-container mmdebstrap lintian)
 
 want_test=false
 [ "${1:-}" = "--test" ] && want_test=true

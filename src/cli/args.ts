@@ -57,7 +57,7 @@ export const positiveInteger = (raw: string): number => {
   return Number(raw);
 };
 
-const positiveSeconds = (raw: string): number => {
+export const positiveSeconds = (raw: string): number => {
   const n = Number(raw);
   if (!/^\d+(\.\d+)?$/.test(raw) || !(n > 0 && n <= 86_400))
     throw new Error(`must be a number of seconds between 0 and 86400, got "${raw}"`);

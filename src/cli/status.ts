@@ -9,7 +9,7 @@ import {
   problemLine,
   showAddress,
 } from "./agent.js";
-import type { Command } from "./args.js";
+import { type Command, positiveSeconds } from "./args.js";
 import { fields, print } from "./output.js";
 
 /** One answer of the API (parsed), or why there is none. */
@@ -67,6 +67,24 @@ export async function gatherStatus(client: AgentClient): Promise<StatusReport> {
       ? (await part(() => client.request("GET", "/readyz", { auth: false }))).part
       : null;
   return { versions, agent, status, readiness };
+}
+
+/**
+ * Waits up to `ms` for the agent to answer its liveness check (GET /healthz) with 200: an agent that is
+ * still starting refuses connections. Resolves either way; the report that follows says what is wrong.
+ */
+export async function waitForAgent(client: AgentClient, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    try {
+      if ((await client.request("GET", "/healthz", { auth: false })).status === 200) return;
+    } catch (err) {
+      if (!(err instanceof CliFailure)) throw err;
+    }
+    const left = deadline - Date.now();
+    if (left <= 0) return;
+    await new Promise((r) => setTimeout(r, Math.min(200, left)));
+  }
 }
 
 const statusBody = (r: StatusReport) =>
@@ -163,10 +181,22 @@ const status: Command = {
     "GET /v1/status; without a usable token, GET /readyz (which needs none) for the agent's readiness alone.",
     "Exit code 0 when the agent is ready (its database, Caddy's admin API and Caddy's listeners answer), 1",
     "otherwise. With --json: {versions, agent, status, readiness}, each answer with its status and body as it came.",
+    "With --wait, the report comes once the agent answers at all (GET /healthz), or once the wait is over.",
+  ],
+  options: [
+    {
+      name: "wait",
+      value: "SECONDS",
+      doc: "First wait up to this long for a starting agent to answer (hostkeeper.service does, after its start).",
+      parse: positiveSeconds,
+    },
   ],
   timeoutSeconds: 10,
   run: async (inv) => {
-    const report = await gatherStatus(connect(inv.timeoutMs));
+    const client = connect(inv.timeoutMs);
+    const wait = inv.options.wait;
+    if (typeof wait === "number") await waitForAgent(client, wait * 1000);
+    const report = await gatherStatus(client);
     print(inv.json ? JSON.stringify(report) : describe(report));
     return healthy(report) ? 0 : 1;
   },

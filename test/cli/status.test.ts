@@ -4,6 +4,8 @@ import type { AddressInfo } from "node:net";
 import { describe, test } from "node:test";
 import { packageVersion } from "../../src/paths.js";
 import { freePort } from "../../support/loopback.js";
+import { buildTestApp, TEST_TOKEN } from "../helpers/app.js";
+import { startCaddy } from "../helpers/caddy.js";
 import { runCli, startCliAgent } from "./support.js";
 
 const lines = (text: string) =>
@@ -95,6 +97,34 @@ describe("status", () => {
     assert.equal(s.agent, `the agent is not running at 127.0.0.1:${port} (connection refused)`);
     assert.equal(s.status, "unknown: the agent is not reachable");
     assert.equal(s.versions, `hostkeeper ${packageVersion()}, node ${process.version}`);
+  });
+
+  test("--wait: an agent that starts listening during the wait is reported ready", async (t) => {
+    const caddy = await startCaddy(t);
+    const h = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
+    const port = await freePort();
+    const env = { HOSTKEEPER_LISTEN: `127.0.0.1:${port}`, HOSTKEEPER_TOKEN: TEST_TOKEN };
+    const running = runCli(["status", "--wait", "20"], env);
+    await new Promise((r) => setTimeout(r, 1000));
+    await h.app.listen({ host: "127.0.0.1", port });
+    const r = await running;
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(
+      lines(r.stdout).agent ?? "",
+      new RegExp(`^running at 127\\.0\\.0\\.1:${port}, up .*, ready$`),
+    );
+  });
+
+  test("--wait: an agent that never comes is reported down once the wait is over", async () => {
+    const port = await freePort();
+    const started = Date.now();
+    const r = await runCli(["status", "--wait", "0.5"], {
+      HOSTKEEPER_LISTEN: `127.0.0.1:${port}`,
+      HOSTKEEPER_TOKEN: "x".repeat(16),
+    });
+    assert.equal(r.code, 1);
+    assert.ok(Date.now() - started >= 500);
+    assert.equal(lines(r.stdout).agent, `the agent is not running at 127.0.0.1:${port} (connection refused)`);
   });
 
   test("the agent down, for a command that needs it: one line, exit 1", async () => {

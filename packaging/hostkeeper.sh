@@ -1,0 +1,9 @@
+#!/bin/sh
+# The hostkeeper command: the bundled Node.js runs the compiled CLI, whatever Node the system has, if any.
+# The settings hostkeeper.service fixes default to the unit's values here, so `hostkeeper config check`
+# reports what the packaged agent uses, and a `hostkeeper serve` run by hand uses the packaged Caddy.
+: "${HOSTKEEPER_CADDY_ADMIN=unix:/run/hostkeeper-caddy/admin.sock}"
+: "${HOSTKEEPER_CADDY_BINARY=/usr/lib/hostkeeper/caddy/caddy}"
+: "${HOSTKEEPER_OPERATOR_UPSTREAM_FILE=/var/lib/hostkeeper-proxy/operator-upstream}"
+export HOSTKEEPER_CADDY_ADMIN HOSTKEEPER_CADDY_BINARY HOSTKEEPER_OPERATOR_UPSTREAM_FILE
+exec /usr/lib/hostkeeper/node/bin/node /usr/lib/hostkeeper/dist/src/cli/main.js "$@"
