@@ -70,7 +70,8 @@ strip --strip-unneeded --remove-section=.comment "$bs/prebuilds/linux-x64.node"
 # the agent never loads it. Nothing is executable: the agent requires these packages, it runs none of them.
 find "$lib/node_modules" -name '.*' ! -name . -prune -exec rm -rf {} +
 find "$lib/node_modules" -type d \( -name test -o -name tests -o -name __tests__ -o -name benchmarks \
-  -o -name example -o -name examples -o -name docs -o -name integration \) -prune -exec rm -rf {} +
+  -o -name example -o -name examples -o -name docs -o -name integration -o -name fixture -o -name fixtures \) \
+  -prune -exec rm -rf {} +
 find "$lib/node_modules" -type f \( -name '*.md' -o -name '*.markdown' -o -name '*.html' \) -delete
 find "$lib/node_modules" -type d -empty -delete
 find "$lib/node_modules" -type f -exec chmod 0644 {} +

@@ -415,7 +415,8 @@ describe("packages", () => {
       const debFiles = (await check("dpkg-deb", ["-c", built.deb]))
         .split("\n")
         .filter((l) => /^[-l]/.test(l))
-        .map((l) => (l.split(/\s+/)[5] ?? "").replace(/^\./, ""))
+        // perms owner size date time path: the path is the rest of the line (names may hold spaces).
+        .map((l) => (/^\S+\s+\S+\s+\d+\s+\S+\s+\S+\s(.*?)(?: -> .*)?$/.exec(l)?.[1] ?? "").replace(/^\./, ""))
         .filter((p) => !p.startsWith("/usr/share/lintian/"))
         .map((p) => p.replace(/^\/lib\/systemd\/system\//, "/usr/lib/systemd/system/"))
         .sort();
