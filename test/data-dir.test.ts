@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { projectRoot } from "../src/paths.js";
 import { freePort } from "../support/loopback.js";
+import { cannotRunAs } from "./helpers/users.js";
 
 const NOBODY = 65534;
 
@@ -81,8 +82,10 @@ describe("a data dir the agent cannot use stops the start with one line naming H
   });
 
   test("read-only", async (t) => {
-    if (process.getuid?.() !== 0) {
-      t.skip("needs root, to run the agent as another user (root writes through any mode)");
+    // Root writes through any mode: the agent runs as another user here.
+    const why = cannotRunAs(NOBODY);
+    if (why) {
+      t.skip(why);
       return;
     }
     const dir = join(tempDir(t), "data");

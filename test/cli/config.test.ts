@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { allSettings } from "../../src/settings.js";
 import { freePort } from "../../support/loopback.js";
+import { cannotRunAs } from "../helpers/users.js";
 import { runCli } from "./support.js";
 
 const TOKEN = "cli-config-token-0123456789";
@@ -172,15 +172,10 @@ describe("token show", () => {
   });
 
   test("a user who cannot read the token file is refused with a clear message", async (t) => {
-    if (process.getuid?.() !== 0) {
-      t.skip("needs root, to run the CLI as another user");
-      return;
-    }
     const nobody = 65534;
-    // A checkout under a private directory (mktemp -d makes 0700 ones) keeps other users from the runtime itself.
-    const probe = spawnSync(process.execPath, ["-e", ""], { uid: nobody, gid: nobody });
-    if (probe.error || probe.status !== 0) {
-      t.skip(`uid ${nobody} cannot run ${process.execPath} (a directory above it is private to root)`);
+    const why = cannotRunAs(nobody);
+    if (why) {
+      t.skip(why);
       return;
     }
     const dir = tempDir(t);
