@@ -1,24 +1,8 @@
 import assert from "node:assert/strict";
-import type { TestContext } from "node:test";
 import { test } from "node:test";
-import { buildTestApp } from "../helpers/app.js";
-import { startCaddy } from "../helpers/caddy.js";
-import { startUpstream } from "../helpers/http.js";
+import { route, setup } from "./support.js";
 
 // One route as Caddy holds it, and the Location of a create that points there.
-
-async function setup(t: TestContext) {
-  const caddy = await startCaddy(t);
-  const h = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
-  const up = await startUpstream(t, "u");
-  return { caddy, ...h, up };
-}
-
-const route = (domain: string, port: number, extra: Record<string, unknown> = {}) => ({
-  domain,
-  upstreams: [{ dial: `127.0.0.1:${port}` }],
-  ...extra,
-});
 
 test("GET one route answers it as Caddy holds it; a create's Location points there", async (t) => {
   const { caddy, call, up } = await setup(t);

@@ -1,24 +1,10 @@
 import assert from "node:assert/strict";
-import type { TestContext } from "node:test";
 import { test } from "node:test";
 import { buildTestApp } from "../helpers/app.js";
-import { startCaddy } from "../helpers/caddy.js";
 import { startUpstream } from "../helpers/http.js";
+import { route, setup } from "./support.js";
 
 // The history the agent records of a route: its changes, their callers and the states they captured.
-
-async function setup(t: TestContext) {
-  const caddy = await startCaddy(t);
-  const h = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
-  const up = await startUpstream(t, "u");
-  return { caddy, ...h, up };
-}
-
-const route = (domain: string, port: number, extra: Record<string, unknown> = {}) => ({
-  domain,
-  upstreams: [{ dial: `127.0.0.1:${port}` }],
-  ...extra,
-});
 
 type Change = {
   change_id: number;
