@@ -226,15 +226,21 @@ const OUTCOME_OF: Record<WriteFailure["kind"], Exclude<ChangeOutcome, "pending" 
   rollback_failed: "rollback_failed",
 };
 
-const EVENT_OUTCOME_OF: Record<WriteFailure["kind"], EventOutcome> = {
-  exists: "failed",
-  not_found: "failed",
-  unavailable: "failed",
-  rejected: "failed",
-  prepare_failed: "failed",
-  rolled_back: "rolled_back",
-  rollback_failed: "rollback_failed",
-};
+/** How a settled change ended, as its history records it. */
+type SettledOutcome = "applied" | (typeof OUTCOME_OF)[WriteFailure["kind"]];
+
+function settledOutcome(result: ChangeResult): SettledOutcome {
+  return result.ok ? "applied" : OUTCOME_OF[result.failure.kind];
+}
+
+/** A `route_change` receiver learns only whether the change happened: a refusal is a failure to it. */
+const eventOutcome = (outcome: SettledOutcome): EventOutcome => (outcome === "refused" ? "failed" : outcome);
+
+/** The failure's own words, or its kind when it has none (a 404/409 refusal). */
+function failureText(result: ChangeResult): string | null {
+  if (result.ok) return null;
+  return "message" in result.failure ? result.failure.message : result.failure.kind;
+}
 
 /**
  * The route as Caddy holds it once a change settled: the new one when it applied (null after a removal),
@@ -553,14 +559,13 @@ export class RouteService {
           firstAttempts.push(this.o.outbox.deliverNow(written.ev, this.o.firstAttemptTimeoutMs));
       },
     });
+    const outcome = settledOutcome(result);
     // Counted here rather than with the record: a change Caddy was unreachable for fails before it has one.
-    this.o.metrics?.routeChanges.inc({
-      operation,
-      outcome: result.ok ? "applied" : OUTCOME_OF[result.failure.kind],
-    });
+    this.o.metrics?.routeChanges.inc({ operation, outcome });
     let changeEvent: string | null = null;
-    if (changeId !== undefined) changeEvent = this.settle(changeId, result, callbackUrl, orderingKey, about);
-    this.logChange(op, result, about, changeId, performance.now() - started);
+    if (changeId !== undefined)
+      changeEvent = this.settle(changeId, result, outcome, callbackUrl, orderingKey, about);
+    this.logChange(op, result, outcome, about, changeId, performance.now() - started);
     // The answer waits (each bounded by the attempt's time-out) for this change's own first attempts, the
     // backup's and then the outcome's, so a receiver that answers in time has both by the time the caller
     // learns the outcome. The outcome's attempt starts once the backup's has ended: the ordering key lets it
@@ -583,11 +588,12 @@ export class RouteService {
   private logChange(
     op: Op,
     result: ChangeResult,
+    outcome: SettledOutcome,
     about: { operation: ChangeOperation; route_id: string; request_id: string | null },
     changeId: number | undefined,
     ms: number,
   ): void {
-    const outcome = result.ok ? "applied" : OUTCOME_OF[result.failure.kind];
+    const error = failureText(result);
     const fields = {
       ...about,
       change_id: changeId ?? null,
@@ -595,9 +601,7 @@ export class RouteService {
       outcome,
       batch_size: result.batchSize,
       duration_ms: Math.round(ms * 10) / 10,
-      ...(result.ok
-        ? {}
-        : { error: "message" in result.failure ? result.failure.message : result.failure.kind }),
+      ...(error === null ? {} : { error }),
     };
     const line = `route ${about.route_id}: ${about.operation} ${outcome}`;
     if (result.ok || outcome === "refused") this.o.log.info(fields, line);
@@ -608,16 +612,12 @@ export class RouteService {
   private settle(
     changeId: number,
     result: ChangeResult,
+    outcome: SettledOutcome,
     callbackUrl: string | undefined,
     orderingKey: string | undefined,
     about: Record<string, unknown>,
   ): string | null {
-    const outcome = result.ok ? "applied" : OUTCOME_OF[result.failure.kind];
-    const error = result.ok
-      ? null
-      : "message" in result.failure
-        ? result.failure.message
-        : result.failure.kind;
+    const error = failureText(result);
     const finishedAt = new Date().toISOString();
     try {
       return this.o.db.transaction(() => {
@@ -630,7 +630,7 @@ export class RouteService {
           data: {
             ...about,
             change_id: changeId,
-            outcome: result.ok ? "applied" : EVENT_OUTCOME_OF[result.failure.kind],
+            outcome: eventOutcome(outcome),
             route: routeAfter(result),
             error: error === null ? null : withoutPaths(error),
             finished_at: finishedAt,
