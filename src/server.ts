@@ -5,9 +5,10 @@ import { currentPrivileges, rootlessFailures, unknownEnvWarnings } from "./confi
 import { createLogger } from "./logging.js";
 import { packageVersion } from "./paths.js";
 import { EmbeddedCaddy } from "./proxy/embedded-caddy.js";
-import type { CaddyAdminAddress } from "./proxy/settings.js";
+import { type CaddyAdminAddress, showCaddyAdmin } from "./proxy/settings.js";
 import { allSettings, loadConfigFromProcess } from "./settings.js";
 import { prepareDataDir } from "./store/data-dir.js";
+import { hostPort } from "./util/urls.js";
 
 /**
  * The agent's process, what `hostkeeper serve` runs: configuration, the embedded Caddy (started or adopted,
@@ -76,9 +77,7 @@ export async function serve(): Promise<void> {
   await logStart(logger, app.server.address() as AddressInfo, config.proxy, embeddedCaddy);
 }
 
-const showAdmin = (a: CaddyAdminAddress) => (a.kind === "unix" ? `unix:${a.socketPath}` : a.url.origin);
-const showListen = ({ address, port }: AddressInfo) =>
-  `${address.includes(":") ? `[${address}]` : address}:${port}`;
+const showListen = ({ address, port }: AddressInfo) => hostPort({ host: address, port });
 
 /**
  * The start line: versions and every address the agent and its Caddy listen on, in the fields for
@@ -98,7 +97,7 @@ async function logStart(
   };
   const listen = {
     api: showListen(api),
-    caddy_admin: proxy.caddyAdmin ? showAdmin(proxy.caddyAdmin) : null,
+    caddy_admin: proxy.caddyAdmin ? showCaddyAdmin(proxy.caddyAdmin) : null,
     caddy_server: proxy.caddyServer,
     caddy_listen: [...proxy.caddyListen],
   };

@@ -12,6 +12,7 @@ import { eventSettings } from "./events/settings.js";
 import { operatorSettings } from "./operator/settings.js";
 import { proxySettings } from "./proxy/settings.js";
 import { systemSettings } from "./system/settings.js";
+import { hostPort } from "./util/urls.js";
 
 /** The agent's own settings: its listener, its data, its log, and the limits of its HTTP server. */
 export const agentSettings = {
@@ -23,7 +24,7 @@ export const agentSettings = {
     defaultText: "127.0.0.1:8626",
     default: { host: "127.0.0.1", port: 8626 },
     parse: parse.hostPort,
-    show: ({ host, port }) => `${host.includes(":") ? `[${host}]` : host}:${port}`,
+    show: hostPort,
   }),
   token: setting({
     key: "token",

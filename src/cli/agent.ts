@@ -3,6 +3,7 @@ import { type ConfigSource, settingInput } from "../config.js";
 import { packageVersion } from "../paths.js";
 import { type AppConfig, agentSettings, configSourceFromProcess, loadConfig } from "../settings.js";
 import { readSecret } from "../store/secrets.js";
+import { hostPort } from "../util/urls.js";
 
 /** A command that ran and failed (exit code 1), said in one line. */
 export class CliFailure extends Error {
@@ -67,9 +68,6 @@ export function agentAddress(listen: AgentAddress): AgentAddress {
   return listen;
 }
 
-export const showAddress = (a: AgentAddress) =>
-  a.host.includes(":") ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`;
-
 /**
  * The token the agent uses, found the way it finds it: HOSTKEEPER_TOKEN (environment or config file), else
  * `<data dir>/token`, which the agent generated at its first start (mode 0600: root reads it). Creates nothing.
@@ -131,7 +129,7 @@ export class AgentClient {
       headers["content-type"] = "application/json";
       headers["content-length"] = String(Buffer.byteLength(payload));
     }
-    const where = showAddress(this.address);
+    const where = hostPort(this.address);
     return new Promise((resolve, reject) => {
       let timedOut = false;
       const fail = (err: NodeJS.ErrnoException) => {

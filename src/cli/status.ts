@@ -1,5 +1,6 @@
 import type { AgentStatus, Readiness } from "../health/schemas.js";
 import { packageVersion } from "../paths.js";
+import { hostPort } from "../util/urls.js";
 import {
   type AgentAnswer,
   type AgentClient,
@@ -7,7 +8,6 @@ import {
   CliFailure,
   connect,
   problemLine,
-  showAddress,
 } from "./agent.js";
 import { type Command, positiveSeconds } from "./args.js";
 import { fields, print } from "./output.js";
@@ -60,7 +60,7 @@ async function part(ask: () => Promise<AgentAnswer>): Promise<{ part: Part; reac
 /** The agent's state from GET /v1/status; from GET /readyz alone when the status cannot be had. */
 export async function gatherStatus(client: AgentClient): Promise<StatusReport> {
   const versions = { hostkeeper: packageVersion(), node: process.version };
-  const agent = { address: showAddress(client.address) };
+  const agent = { address: hostPort(client.address) };
   const { part: status, reached } = await part(() => client.request("GET", "/v1/status"));
   const readiness =
     status.status !== 200 && reached

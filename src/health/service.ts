@@ -4,10 +4,11 @@ import { packageVersion } from "../paths.js";
 import { CaddyAdmin, caddyErrorText } from "../proxy/caddy-admin.js";
 import { CaddyRoutes } from "../proxy/caddy-routes.js";
 import type { CaddyProcessStatus } from "../proxy/embedded-caddy.js";
-import { accepts, showAddress, tcpAddresses } from "../proxy/listen-addresses.js";
+import { accepts, tcpAddresses } from "../proxy/listen-addresses.js";
 import type { CaddyAdminAddress } from "../proxy/settings.js";
 import type { Db } from "../store/db.js";
 import type { SystemService } from "../system/service.js";
+import { hostPort } from "../util/urls.js";
 import type { AgentStatus, Check, Readiness } from "./schemas.js";
 
 /** The embedded Caddy as the health area sees it. */
@@ -169,8 +170,8 @@ export class HealthService {
     const down = results.filter((x) => !x.r.ok);
     const listeners =
       down.length === 0
-        ? ok(`bound: ${addresses.map(showAddress).join(", ")}`)
-        : failing(`not bound: ${down.map((x) => `${showAddress(x.a)} (${x.r.error})`).join(", ")}`);
+        ? ok(`bound: ${addresses.map(hostPort).join(", ")}`)
+        : failing(`not bound: ${down.map((x) => `${hostPort(x.a)} (${x.r.error})`).join(", ")}`);
     return { caddyAdmin, listeners };
   }
 

@@ -62,10 +62,6 @@ export class CaddyAdmin {
         : { host: address.url.hostname, port: Number(address.url.port), headers: { host: address.url.host } };
   }
 
-  describe(): string {
-    return this.address.kind === "unix" ? `unix:${this.address.socketPath}` : this.address.url.origin;
-  }
-
   /** One request. Throws CaddyUnavailableError when no answer came; returns any status Caddy answered. */
   raw(method: string, path: string, opts: { body?: string; ifMatch?: string } = {}): Promise<CaddyResponse> {
     const started = process.hrtime.bigint();

@@ -13,12 +13,12 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { processStartTime } from "../util/processes.js";
 import { settledWithin } from "../util/timers.js";
+import { hostPort } from "../util/urls.js";
 import { CaddyAdmin } from "./caddy-admin.js";
 import { CaddyRoutes } from "./caddy-routes.js";
 import {
   describeHolders,
   listeningInodes,
-  showAddress,
   socketHolders,
   socketInodesOf,
   tcpAddresses,
@@ -404,12 +404,12 @@ export class EmbeddedCaddy {
       const err = await tryBind(a);
       if (!err) continue;
       if (err.code === "EADDRINUSE")
-        problems.push(`${showAddress(a)} is already in use by ${describeHolders(socketHolders(a))}`);
+        problems.push(`${hostPort(a)} is already in use by ${describeHolders(socketHolders(a))}`);
       else if (err.code === "EACCES")
         problems.push(
-          `${showAddress(a)} cannot be bound: permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)`,
+          `${hostPort(a)} cannot be bound: permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)`,
         );
-      else problems.push(`${showAddress(a)} cannot be bound: ${err.code ?? err.message}`);
+      else problems.push(`${hostPort(a)} cannot be bound: ${err.code ?? err.message}`);
     }
     if (problems.length > 0)
       throw new EmbeddedCaddyError(
@@ -432,7 +432,7 @@ export class EmbeddedCaddy {
       if (foreign.length === 0) continue;
       const { holders, unattributed } = socketHolders(a);
       const others = { holders: holders.filter((h) => h.pid !== caddy), unattributed };
-      problems.push(`${showAddress(a)} is also held by ${describeHolders(others)}`);
+      problems.push(`${hostPort(a)} is also held by ${describeHolders(others)}`);
     }
     if (problems.length > 0)
       throw new EmbeddedCaddyError(

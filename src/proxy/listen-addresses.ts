@@ -48,9 +48,6 @@ export function tcpAddresses(listen: readonly string[]): TcpAddress[] {
   return out;
 }
 
-export const showAddress = (a: { host: string; port: number }) =>
-  `${a.host.includes(":") ? `[${a.host}]` : a.host}:${a.port}`;
-
 /** A process holding a listening socket. */
 export interface SocketHolder {
   pid: number;

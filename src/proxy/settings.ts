@@ -27,6 +27,10 @@ export function parseCaddyAdmin(raw: unknown): CaddyAdminAddress | undefined {
   return { kind: "tcp", url };
 }
 
+/** The admin endpoint as the setting spells it: `unix:/path` or `http://host:port`. */
+export const showCaddyAdmin = (a: CaddyAdminAddress): string =>
+  a.kind === "unix" ? `unix:${a.socketPath}` : a.url.origin;
+
 export const proxySettings = {
   caddyAdmin: setting({
     key: "caddyAdmin",
@@ -36,7 +40,7 @@ export const proxySettings = {
     defaultText: "embedded Caddy",
     default: undefined as CaddyAdminAddress | undefined,
     parse: parseCaddyAdmin,
-    show: (a) => (a === undefined ? "" : a.kind === "unix" ? `unix:${a.socketPath}` : a.url.origin),
+    show: (a) => (a === undefined ? "" : showCaddyAdmin(a)),
   }),
   caddyServer: setting({
     key: "caddyServer",
