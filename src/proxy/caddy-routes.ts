@@ -1,3 +1,4 @@
+import { pipeline, Readable, Transform } from "node:stream";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "./caddy-admin.js";
 import { canonicalJson, type Op, opId, type Plan, type RouteJson } from "./plan.js";
 
@@ -71,6 +72,47 @@ export class CaddyRoutes {
     if (res.status === 200) return res.text.trim() === "null" ? "[]" : res.text;
     if (await this.serverMissing(res.status)) return "[]";
     throw new CaddyApiError(res.status, caddyErrorText(res));
+  }
+
+  /**
+   * The routes read from Caddy now, as Caddy's own bytes passed on while they arrive (`[]` when there are
+   * none): a list of thousands of routes is neither held whole nor parsed.
+   */
+  async stream(): Promise<Readable> {
+    const res = await this.admin.stream(this.routesPath);
+    if (res.status === 200) {
+      // A body Caddy breaks off fails the stream (and so the answer), rather than ending it short.
+      const out = nullAsEmpty();
+      pipeline(res.body, out, () => {});
+      return out;
+    }
+    const text = await readAll(res.body);
+    if (await this.serverMissing(res.status)) return asStream("[]");
+    throw new CaddyApiError(res.status, caddyErrorText({ ...res, text }));
+  }
+
+  /**
+   * One route of the managed server by id, read from Caddy now; undefined when the server has none. A
+   * known position is read alone and kept only when it still holds that id; an id Caddy knows nowhere is
+   * answered by its id index; otherwise all routes are read.
+   */
+  async route(id: string): Promise<RouteJson | undefined> {
+    const cached = this.cache && "routes" in this.cache ? this.cache.routes : undefined;
+    const at = cached?.findIndex((r) => r["@id"] === id) ?? -1;
+    if (at !== -1) {
+      const res = await this.admin.read(`${this.routesPath}/${at}`);
+      if (res.status === 200) {
+        const route = JSON.parse(res.text) as RouteJson | null;
+        if (route?.["@id"] === id) return route;
+      }
+    }
+    // Only an id that names no path of its own can go to /id/ (Caddy splits the decoded path at "/").
+    if (id !== "" && !id.includes("/")) {
+      const res = await this.admin.read(`/id/${encodeURIComponent(id)}`);
+      if (res.status === 404) return undefined;
+    }
+    const routes = JSON.parse(await this.text()) as RouteJson[];
+    return routes.find((r) => r["@id"] === id);
   }
 
   /** The last known routes, else the routes read now; `cached` says which. */
@@ -283,4 +325,39 @@ export class CaddyRoutes {
 function routesStateOf(text: string, etag: string): RoutesState {
   const parsed = JSON.parse(text) as RouteJson[] | null;
   return { serverExists: true, routesPresent: parsed !== null, routes: parsed ?? [], etag };
+}
+
+/** Reads a stream to its end as UTF-8 text. */
+async function readAll(body: Readable): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of body) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+const asStream = (text: string): Readable => Readable.from([Buffer.from(text)]);
+
+/**
+ * Passes Caddy's answer for the routes path through unchanged, except `null` (a server without a routes
+ * key), which becomes `[]`. Only the first bytes are looked at.
+ */
+function nullAsEmpty(): Transform {
+  let decided: "pass" | "null" | undefined;
+  let head = "";
+  return new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      if (decided === "pass") return done(null, chunk);
+      if (decided === "null") return done();
+      head += chunk.toString("latin1");
+      const first = head.trimStart();
+      if (first === "") return done();
+      decided = first[0] === "n" ? "null" : "pass";
+      if (decided === "null") return done();
+      const out = Buffer.from(head, "latin1");
+      head = "";
+      done(null, out);
+    },
+    flush(done) {
+      done(null, decided === "null" ? "[]" : head === "" ? undefined : Buffer.from(head, "latin1"));
+    },
+  });
 }

@@ -1,3 +1,4 @@
+import type { Readable } from "node:stream";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics/metrics.js";
 import { type CaddyAdmin, CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
@@ -106,6 +107,16 @@ export class RouteWriter {
   /** The managed server's routes, read from Caddy now (not queued behind changes), as Caddy's own JSON text. */
   routesText(): Promise<string> {
     return this.caddy.text();
+  }
+
+  /** The same as `routesText`, as Caddy's bytes passed on while they arrive. */
+  routesStream(): Promise<Readable> {
+    return this.caddy.stream();
+  }
+
+  /** One route of the managed server, read from Caddy now; undefined when it has none with that id. */
+  route(id: string): Promise<RouteJson | undefined> {
+    return this.caddy.route(id);
   }
 
   private async drain(): Promise<void> {
