@@ -57,6 +57,8 @@ export class CaddyRoutes {
    * holds the text Caddy sent, parsed when the next change needs it.
    */
   private cache: RoutesState | { text: string; etag: string } | undefined;
+  /** Where each route id was in the routes last parsed or written: a hint for reading one route. */
+  private positions = new Map<string, number>();
 
   constructor(
     private readonly admin: CaddyAdmin,
@@ -97,9 +99,8 @@ export class CaddyRoutes {
    * answered by its id index; otherwise all routes are read.
    */
   async route(id: string): Promise<RouteJson | undefined> {
-    const cached = this.cache && "routes" in this.cache ? this.cache.routes : undefined;
-    const at = cached?.findIndex((r) => r["@id"] === id) ?? -1;
-    if (at !== -1) {
+    const at = this.positions.get(id);
+    if (at !== undefined) {
       const res = await this.admin.read(`${this.routesPath}/${at}`);
       if (res.status === 200) {
         const route = JSON.parse(res.text) as RouteJson | null;
@@ -112,7 +113,15 @@ export class CaddyRoutes {
       if (res.status === 404) return undefined;
     }
     const routes = JSON.parse(await this.text()) as RouteJson[];
+    this.remember(routes);
     return routes.find((r) => r["@id"] === id);
+  }
+
+  private remember(routes: readonly RouteJson[]): void {
+    this.positions = new Map();
+    routes.forEach((r, i) => {
+      if (typeof r["@id"] === "string") this.positions.set(r["@id"], i);
+    });
   }
 
   /** The last known routes, else the routes read now; `cached` says which. */
@@ -129,17 +138,14 @@ export class CaddyRoutes {
 
   /**
    * Reads the routes and their ETag into the last known state; a failed read leaves none. The text is
-   * parsed once the event loop is idle, so the next change does not wait for it.
+   * kept as it came and parsed when the next change needs it: thousands of parsed routes held between
+   * changes would cost the agent several times the text's memory.
    */
   async refresh(): Promise<void> {
     this.cache = undefined;
     const res = await this.admin.read(this.routesPath).catch(() => undefined);
     if (res?.status !== 200 || !res.etag) return;
-    const cached = { text: res.text, etag: res.etag };
-    this.cache = cached;
-    setImmediate(() => {
-      if (this.cache === cached) this.cachedState();
-    });
+    this.cache = { text: res.text, etag: res.etag };
   }
 
   /** Ids the creates among `ops` would take that are in use elsewhere in Caddy's config (ids are global there). */
@@ -182,6 +188,7 @@ export class CaddyRoutes {
     // A few changes: read just those routes by id, whatever the number of routes.
     const byId = last.size <= FEW;
     this.cache = undefined;
+    this.remember(p.routes);
     try {
       return { byId, problem: byId ? await this.problemById(last) : await this.problemInAll(last) };
     } catch (err) {
@@ -225,7 +232,11 @@ export class CaddyRoutes {
 
   private async read(): Promise<RoutesState> {
     const res = await this.admin.read(this.routesPath);
-    if (res.status === 200 && res.etag) return routesStateOf(res.text, res.etag);
+    if (res.status === 200 && res.etag) {
+      const state = routesStateOf(res.text, res.etag);
+      this.remember(state.routes);
+      return state;
+    }
     if (await this.serverMissing(res.status)) {
       const whole = await this.admin.read("/config/");
       if (whole.status !== 200 || !whole.etag) throw new CaddyApiError(whole.status, caddyErrorText(whole));
@@ -241,6 +252,7 @@ export class CaddyRoutes {
     if (c === undefined || "routes" in c) return c;
     try {
       this.cache = routesStateOf(c.text, c.etag);
+      this.remember(this.cache.routes);
     } catch {
       // Text that is not a routes array (parsed on an idle tick, where a throw would stop the agent): no
       // cache, so the next change reads Caddy afresh and meets any real problem there.
@@ -316,7 +328,7 @@ export class CaddyRoutes {
         return `route ${id} does not read back as written`;
       }
     }
-    this.cache = state;
+    this.cache = { text: res.text, etag: res.etag };
     return undefined;
   }
 }
