@@ -66,7 +66,8 @@ interface Step {
  * The one writer of the managed server's routes. Changes queue up while a write is under way and the
  * next write takes all of them as one Caddy config change (Caddy reloads its whole config per change, so a
  * batch costs what one change costs); a change that arrives while the writer is idle goes at once. Every
- * write carries If-Match, is read back and verified, and is undone when it fails after Caddy may have changed.
+ * write carries If-Match, is verified (by its own answer, or a batch by reading it back), and is undone
+ * when it fails after Caddy may have changed.
  */
 export class RouteWriter {
   private readonly queue: Pending[] = [];
