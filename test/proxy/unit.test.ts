@@ -55,15 +55,21 @@ test("plan places and finds routes as one route-by-route scan would, duplicates,
     const outcomes: string[] = [];
     for (const op of ops) {
       const at = routes.findIndex((r) => r["@id"] === opId(op));
-      if (op.kind === "delete") {
-        if (at === -1) outcomes.push("not_found");
-        else routes.splice(at, 1), outcomes.push("ok");
-      } else if (op.kind === "replace") {
-        if (at === -1) outcomes.push("not_found");
-        else (routes[at] = op.route), outcomes.push("ok");
-      } else if (at !== -1 && op.kind === "create") outcomes.push("exists");
-      else if (at !== -1) (routes[at] = op.route), outcomes.push("ok");
-      else routes.splice(insertionIndex(routes, op.route), 0, op.route), outcomes.push("ok");
+      if (op.kind === "delete" || op.kind === "replace") {
+        if (at === -1) {
+          outcomes.push("not_found");
+          continue;
+        }
+        if (op.kind === "delete") routes.splice(at, 1);
+        else routes[at] = op.route;
+      } else if (at !== -1) {
+        if (op.kind === "create") {
+          outcomes.push("exists");
+          continue;
+        }
+        routes[at] = op.route;
+      } else routes.splice(insertionIndex(routes, op.route), 0, op.route);
+      outcomes.push("ok");
     }
     return { routes, outcomes };
   };
