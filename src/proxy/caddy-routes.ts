@@ -25,13 +25,6 @@ export type WriteOutcome =
   /** The connection failed after the request may have reached Caddy: the write may or may not have landed. */
   | { kind: "uncertain"; message: string };
 
-export interface ReadBack {
-  /** Why a change is not in Caddy as written; undefined when all are. */
-  problem: string | undefined;
-  /** A few changes, verified by the write's answer: the routes' new ETag is still unknown. */
-  byId: boolean;
-}
-
 export interface CaddyRoutesOptions {
   /** Name of the managed server under `apps.http.servers`. */
   server: string;
@@ -39,8 +32,6 @@ export interface CaddyRoutesOptions {
   listen: readonly string[];
 }
 
-/** Up to this many changed ids are verified by the write's answer; more, by one read of all routes. */
-const FEW = 8;
 /** Connection errors that prove the request never reached Caddy. */
 const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
 
@@ -186,25 +177,16 @@ export class CaddyRoutes {
   }
 
   /**
-   * Checks that each applied change is in Caddy as written. A failed read is a problem, not a throw. A few
-   * changes are verified by the write's own answer: Caddy answered 2xx to a write carrying If-Match on the
-   * routes the plan started from, so it holds the plan's routes; reading them back would cost a round trip
-   * (often two: Caddy restarts its admin endpoint after a change) and prove nothing more. The routes' new
-   * ETag is read after the answer (`byId`), and the next write's If-Match catches any difference. A batch
-   * is read back whole, which also gives the new ETag.
+   * Takes note of a written plan. The write's own answer verifies it: Caddy answered 2xx to a write carrying
+   * If-Match on the routes the plan started from, so it holds the plan's routes. Reading them back would cost
+   * a round trip (often two: Caddy restarts its admin endpoint after a change, and a read landing then is
+   * reset) and, for a batch, a read and parse of every route, and prove nothing more. The routes' new ETag
+   * is still unknown: the writer reads it once the answers are out, and the next write's If-Match catches
+   * any difference.
    */
-  async readBack(p: Plan): Promise<ReadBack> {
-    // Only the last change to an id decides what Caddy must hold for it (a batch may create and delete one id).
-    const last = new Map(p.applied.map(({ op }) => [opId(op), op]));
-    const byId = last.size <= FEW;
+  written(p: Plan): void {
     this.cache = undefined;
     this.remember(p.routes);
-    if (byId) return { byId, problem: undefined };
-    try {
-      return { byId, problem: await this.problemInAll(last) };
-    } catch (err) {
-      return { byId, problem: `reading the change back failed: ${(err as Error).message}` };
-    }
   }
 
   /** Puts the captured routes back as they were before a change; throws unless they read back that way. */
@@ -308,24 +290,6 @@ export class CaddyRoutes {
     }
     const parent = chain.slice(0, depth).join("/");
     return this.admin.write("POST", `/config/${parent ? `${parent}/` : ""}${chain[depth]}`, value, ifMatch);
-  }
-
-  /** One read of all routes; when the changes are all there, it becomes the last known state. */
-  private async problemInAll(last: Map<string, Op>): Promise<string | undefined> {
-    const res = await this.admin.read(this.routesPath);
-    if (res.status !== 200 || !res.etag) return `reading the routes back failed: ${caddyErrorText(res)}`;
-    const state = routesStateOf(res.text, res.etag);
-    const byId = new Map(state.routes.map((r) => [r["@id"], r]));
-    for (const [id, op] of last) {
-      const got = byId.get(id);
-      if (op.kind === "delete") {
-        if (got) return `route ${id} is still present after its deletion`;
-      } else if (!got || canonicalJson(got) !== canonicalJson(op.route)) {
-        return `route ${id} does not read back as written`;
-      }
-    }
-    this.cache = { text: res.text, etag: res.etag };
-    return undefined;
   }
 }
 

@@ -72,7 +72,7 @@ interface Step {
 export class RouteWriter {
   private readonly queue: Pending[] = [];
   private busy = false;
-  /** A change was verified by id only: the routes' new ETag still has to be read. */
+  /** A change was written: the routes' new ETag still has to be read. */
   private refreshDue = false;
   private idleWaiters: (() => void)[] = [];
   private readonly caddy: CaddyRoutes;
@@ -220,12 +220,11 @@ export class RouteWriter {
         continue;
       }
 
-      const check = await this.caddy.readBack(p);
-      // A check by id does not read the routes' new ETag; it is read once the answers are out, before the
-      // writer touches Caddy again.
-      if (check.byId) this.refreshDue = true;
-      if (check.problem !== undefined) this.failApplied(live, p, await this.restore(state, check.problem));
-      else this.settle(live, p);
+      // Verified by Caddy's answer (see CaddyRoutes.written). The routes' new ETag is read once the answers
+      // are out, before the writer touches Caddy again.
+      this.caddy.written(p);
+      this.refreshDue = true;
+      this.settle(live, p);
     }
   }
 
