@@ -50,6 +50,10 @@ export class CaddyRoutes {
   private cache: RoutesState | { text: string; etag: string } | undefined;
   /** Where each route id was in the routes last parsed or written: a hint for reading one route. */
   private positions = new Map<string, number>();
+  /** A read of all routes for `route` under way, and the generation it started in. */
+  private reading: { generation: number; routes: Promise<RouteJson[]> } | undefined;
+  /** Counts the agent's writes to the routes. */
+  private generation = 0;
 
   constructor(
     private readonly admin: CaddyAdmin,
@@ -103,9 +107,31 @@ export class CaddyRoutes {
       const res = await this.admin.read(`/id/${encodeURIComponent(id)}`);
       if (res.status === 404) return undefined;
     }
-    const routes = JSON.parse(await this.text()) as RouteJson[];
-    this.remember(routes);
+    const routes = await this.allRoutes();
     return routes.find((r) => r["@id"] === id);
+  }
+
+  /**
+   * All routes read and parsed now. Reads asked for while one is under way share it, unless the agent
+   * changed the routes since it started: a caller that saw its change answered then reads it.
+   */
+  private allRoutes(): Promise<RouteJson[]> {
+    const shared = this.reading;
+    if (shared && shared.generation === this.generation) return shared.routes;
+    const reading = {
+      generation: this.generation,
+      routes: this.text().then((text) => {
+        const routes = JSON.parse(text) as RouteJson[];
+        this.remember(routes);
+        return routes;
+      }),
+    };
+    this.reading = reading;
+    const done = () => {
+      if (this.reading === reading) this.reading = undefined;
+    };
+    reading.routes.then(done, done);
+    return reading.routes;
   }
 
   private remember(routes: readonly RouteJson[]): void {
@@ -124,6 +150,7 @@ export class CaddyRoutes {
 
   /** Makes the next `current()` read Caddy. */
   forget(): void {
+    this.generation++;
     this.cache = undefined;
   }
 
@@ -185,12 +212,14 @@ export class CaddyRoutes {
    * any difference.
    */
   written(p: Plan): void {
+    this.generation++;
     this.cache = undefined;
     this.remember(p.routes);
   }
 
   /** Puts the captured routes back as they were before a change; throws unless they read back that way. */
   async restore(before: RoutesState): Promise<void> {
+    this.generation++;
     this.cache = undefined;
     if (!before.serverExists) {
       const now = await this.admin.read(this.serverPath);

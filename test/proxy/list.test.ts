@@ -172,3 +172,31 @@ test("while a route needs showing differently, the list is parsed and every rout
   ]);
   assert.deepEqual(await service.get("marked.list.test"), shown[0]);
 });
+
+test("concurrent reads of routes made behind the agent's back share one read of all routes and each get its own", async (t) => {
+  const { caddy, call, up } = await setup(t);
+  const outside = Array.from({ length: 30 }, (_, i) => ({
+    "@id": `o${i}.list.test`,
+    match: [{ host: [`o${i}.list.test`] }],
+    handle: [{ handler: "static_response", body: `o${i}` }],
+  }));
+  await caddy.admin.write("PATCH", ROUTES, outside);
+  const answers = await Promise.all(
+    outside.map((r) => call({ method: "GET", url: `/v1/proxy/routes/${r["@id"]}` })),
+  );
+  answers.forEach((a, i) => {
+    assert.equal(a.statusCode, 200, a.body);
+    assert.deepEqual(a.json(), outside[i]);
+  });
+  // A route the agent creates while such reads run is found by a read asked for after its answer.
+  const slow = Promise.all(outside.map((r) => call({ method: "GET", url: `/v1/proxy/routes/${r["@id"]}` })));
+  const created = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("new.list.test", up.port),
+  });
+  assert.equal(created.statusCode, 201, created.body);
+  const got = await call({ method: "GET", url: "/v1/proxy/routes/new.list.test" });
+  assert.equal(got.statusCode, 200, got.body);
+  await slow;
+});
