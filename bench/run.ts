@@ -80,7 +80,7 @@ async function main() {
   ];
   if (soaked)
     lines.push(
-      `soak: ${soaked.clients} clients for ${soaked.seconds} s after ${soaked.warmupSeconds} s warm-up at ${soaked.routes} routes, ${soaked.requests} requests, ${soaked.failures} failed; resident memory ${soaked.rssAfterWarmupMb.toFixed(1)} MB after warm-up, ${soaked.rssEndMb.toFixed(1)} MB at the end (max ${soaked.rssMaxMb.toFixed(1)}): growth ${soaked.growthMb.toFixed(1)} MB (target <= ${SOAK_GROWTH_MB}: ${soaked.growthMb <= SOAK_GROWTH_MB ? "yes" : "NO"})`,
+      `soak: ${soaked.clients} clients for ${soaked.seconds} s after ${soaked.warmupSeconds} s warm-up at ${soaked.routes} routes, ${soaked.requests} requests, ${soaked.failures} failed${soaked.failures > 0 ? ` (${JSON.stringify(soaked.failedBy)})` : ""}; resident memory ${soaked.rssAfterWarmupMb.toFixed(1)} MB after warm-up, ${soaked.rssEndMb.toFixed(1)} MB at the end (max ${soaked.rssMaxMb.toFixed(1)}): growth ${soaked.growthMb.toFixed(1)} MB (target <= ${SOAK_GROWTH_MB}: ${soaked.growthMb <= SOAK_GROWTH_MB ? "yes" : "NO"})`,
     );
   lines.push(`load average (1/5/15 min): ${loadBefore} before, ${loadAfter} after`);
   console.log(lines.join("\n"));

@@ -24,6 +24,8 @@ export interface SoakResult {
   routes: number;
   requests: number;
   failures: number;
+  /** Failed requests by what failed: `<request> <status>` or `<request> <error>`. */
+  failedBy: Record<string, number>;
   rssAfterWarmupMb: number;
   rssEndMb: number;
   rssMaxMb: number;
@@ -46,28 +48,38 @@ export async function soak(
   const keepAlive = new http.Agent({ keepAlive: true, maxSockets: opts.clients });
   let requests = 0;
   let failures = 0;
+  const failedBy: Record<string, number> = {};
+  const fail = (what: string) => {
+    failures++;
+    failedBy[what] = (failedBy[what] ?? 0) + 1;
+  };
   let stop = false;
+  const get = async (what: string, path: string, headers: Record<string, string>) => {
+    const r = await drainGet(agent.port, path, headers, keepAlive);
+    if (r.status !== 200) fail(`${what} ${r.status}`);
+  };
   const one = async (n: number, i: number) => {
     const pick = i % 20;
     if (pick === 0) {
       const id = `c${n}-${i}.soak.bench.test`;
       const c = await agent.call("POST", "/v1/proxy/routes", writeBody(id));
+      if (c.status !== 201) return fail(`create ${c.status}`);
       const d = await agent.call("DELETE", `/v1/proxy/routes/${id}`);
-      return c.status === 201 && d.status === 204;
+      if (d.status !== 204) fail(`delete ${d.status}`);
+      return;
     }
-    if (pick === 1)
-      return (await drainGet(agent.port, "/v1/proxy/routes", agent.auth, keepAlive)).status === 200;
-    if (pick === 2) return (await drainGet(agent.port, "/healthz", {}, keepAlive)).status === 200;
-    if (pick === 3) return (await drainGet(agent.port, "/v1/status", agent.auth, keepAlive)).status === 200;
+    if (pick === 1) return get("list", "/v1/proxy/routes", agent.auth);
+    if (pick === 2) return get("healthz", "/healthz", {});
+    if (pick === 3) return get("status", "/v1/status", agent.auth);
     const id = `soak${(n * 997 + i * 31) % opts.routes}.bench.test`;
-    return (await drainGet(agent.port, `/v1/proxy/routes/${id}`, agent.auth, keepAlive)).status === 200;
+    return get("get one", `/v1/proxy/routes/${id}`, agent.auth);
   };
   const client = async (n: number) => {
     for (let i = n; !stop; i++) {
       try {
-        if (!(await one(n, i))) failures++;
-      } catch {
-        failures++;
+        await one(n, i);
+      } catch (err) {
+        fail(`request ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
       }
       requests++;
     }
@@ -95,6 +107,7 @@ export async function soak(
     routes: opts.routes,
     requests,
     failures,
+    failedBy,
     rssAfterWarmupMb: mean(first),
     rssEndMb: mean(last),
     rssMaxMb: Math.max(...after.map((s) => s.rssMb)),
