@@ -1,4 +1,4 @@
-import { pipeline, Readable, Transform } from "node:stream";
+import { pipeline, type Readable, Transform } from "node:stream";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "./caddy-admin.js";
 import { canonicalJson, type Op, opId, type Plan, type RouteJson } from "./plan.js";
 
@@ -31,6 +31,9 @@ export interface CaddyRoutesOptions {
   /** Listen addresses of the managed server when it has to be created. */
   listen: readonly string[];
 }
+
+/** Bytes up to which a routes answer Caddy sized is read whole rather than streamed. */
+const SMALL_ANSWER = 64 * 1024;
 
 /** Connection errors that prove the request never reached Caddy. */
 const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
@@ -75,8 +78,14 @@ export class CaddyRoutes {
    * The routes read from Caddy now, as Caddy's own bytes passed on while they arrive (`[]` when there are
    * none): a list of thousands of routes is neither held whole nor parsed.
    */
-  async stream(): Promise<Readable> {
+  async stream(): Promise<Readable | string> {
     const res = await this.admin.stream(this.routesPath);
+    // A small answer Caddy sized (it sizes what fits its first buffer) is read whole, and goes out sized too.
+    const length = Number(res.headers["content-length"] ?? Number.NaN);
+    if (res.status === 200 && length <= SMALL_ANSWER) {
+      const text = await readAll(res.body);
+      return text.trim() === "null" ? "[]" : text;
+    }
     if (res.status === 200) {
       // A body Caddy breaks off fails the stream (and so the answer), rather than ending it short.
       const out = nullAsEmpty();
@@ -84,7 +93,7 @@ export class CaddyRoutes {
       return out;
     }
     const text = await readAll(res.body);
-    if (await this.serverMissing(res.status)) return asStream("[]");
+    if (await this.serverMissing(res.status)) return "[]";
     throw new CaddyApiError(res.status, caddyErrorText({ ...res, text }));
   }
 
@@ -334,8 +343,6 @@ async function readAll(body: Readable): Promise<string> {
   for await (const c of body) chunks.push(c as Buffer);
   return Buffer.concat(chunks).toString("utf8");
 }
-
-const asStream = (text: string): Readable => Readable.from([Buffer.from(text)]);
 
 /**
  * Passes Caddy's answer for the routes path through unchanged, except `null` (a server without a routes

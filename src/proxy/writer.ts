@@ -111,7 +111,7 @@ export class RouteWriter {
   }
 
   /** The same as `routesText`, as Caddy's bytes passed on while they arrive. */
-  routesStream(): Promise<Readable> {
+  routesStream(): Promise<Readable | string> {
     return this.caddy.stream();
   }
 

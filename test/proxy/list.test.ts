@@ -200,3 +200,18 @@ test("concurrent reads of routes made behind the agent's back share one read of 
   assert.equal(got.statusCode, 200, got.body);
   await slow;
 });
+
+test("a list too large for Caddy to size streams through byte for byte", async (t) => {
+  const { caddy, call } = await setup(t);
+  const many = Array.from({ length: 1000 }, (_, i) => ({
+    "@id": `big${i}.list.test`,
+    match: [{ host: [`big${i}.list.test`] }],
+    handle: [{ handler: "static_response", body: `<${i}> & ü` }],
+  }));
+  await caddy.admin.write("PATCH", ROUTES, many);
+  const res = await call({ method: "GET", url: "/v1/proxy/routes" });
+  assert.equal(res.statusCode, 200);
+  assert.equal(res.headers["transfer-encoding"], "chunked", "streamed, not sized");
+  assert.ok(res.body.length > 64 * 1024);
+  assert.equal(res.body, (await caddy.admin.read(ROUTES)).text);
+});
