@@ -9,6 +9,7 @@ import {
   setting,
 } from "./config.js";
 import { eventSettings } from "./events/settings.js";
+import { accessSettings } from "./http/settings.js";
 import { operatorSettings } from "./operator/settings.js";
 import { proxySettings } from "./proxy/settings.js";
 import { systemSettings } from "./system/settings.js";
@@ -102,6 +103,7 @@ export const agentSettings = {
  */
 export const settingGroups = {
   agent: agentSettings,
+  access: accessSettings,
   events: eventSettings,
   proxy: proxySettings,
   system: systemSettings,

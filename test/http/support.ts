@@ -14,18 +14,29 @@ export const OPERATOR_DOMAIN = "ops.example.test";
  * them ever get through to a handler it must not reach, it still cannot touch this host: the package
  * manager is dnf in an empty install root and the reboot command is `true`.
  */
-export async function startGuardedAgent(t: After): Promise<TestApp & { port: number; caddy: TestCaddy }> {
+export async function startGuardedAgent(
+  t: After,
+  env: Record<string, string> = {},
+  opts: { now?: () => number } = {},
+): Promise<TestApp & { port: number; caddy: TestCaddy }> {
   const caddy = await startCaddy(t);
   const root = mkdtempSync(join(tmpdir(), "hk-empty-root-"));
   t.after(() => rmSync(root, { recursive: true, force: true }));
-  const h = await buildTestApp(t, {
-    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
-    HOSTKEEPER_OPERATOR_DOMAIN: OPERATOR_DOMAIN,
-    HOSTKEEPER_PACKAGE_MANAGER: "dnf",
-    HOSTKEEPER_DNF_INSTALLROOT: root,
-    HOSTKEEPER_REBOOT_COMMAND: "true",
-    HOSTKEEPER_OPERATOR_COMMUNITY_SOURCE: "https://127.0.0.1:9/releases",
-  });
+  const h = await buildTestApp(
+    t,
+    {
+      HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+      HOSTKEEPER_OPERATOR_DOMAIN: OPERATOR_DOMAIN,
+      HOSTKEEPER_PACKAGE_MANAGER: "dnf",
+      HOSTKEEPER_DNF_INSTALLROOT: root,
+      HOSTKEEPER_REBOOT_COMMAND: "true",
+      HOSTKEEPER_OPERATOR_COMMUNITY_SOURCE: "https://127.0.0.1:9/releases",
+      // These tests send thousands of refused requests on purpose; the limit on them has its own test.
+      HOSTKEEPER_AUTH_FAILURE_BURST: "100000",
+      ...env,
+    },
+    opts,
+  );
   await h.app.listen({ host: "127.0.0.1", port: 0 });
   return { ...h, port: (h.app.server.address() as AddressInfo).port, caddy };
 }
