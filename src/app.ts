@@ -82,6 +82,8 @@ declare module "fastify" {
       writer: RouteWriter;
       operator: OperatorService;
       metrics: Metrics;
+      tokens: TokenRegistry;
+      audit: AuditLog;
     };
     /** Every route the app serves, as registered (tests walk it). */
     registeredRoutes: () => readonly RegisteredRoute[];
@@ -213,7 +215,7 @@ export async function buildApp({ config, logger, embeddedCaddy, now = Date.now }
     operator,
     outbox,
   });
-  app.decorate("services", { db, outbox, routes, writer, operator, metrics });
+  app.decorate("services", { db, outbox, routes, writer, operator, metrics, tokens, audit });
 
   // JSON is the only body the API takes; anything else is 415 rather than a string failing validation.
   app.removeContentTypeParser("text/plain");

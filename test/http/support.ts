@@ -1,7 +1,9 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Grant } from "../../src/http/scopes.js";
 import { buildTestApp, type TestApp } from "../helpers/app.js";
 import { startCaddy, type TestCaddy } from "../helpers/caddy.js";
 
@@ -44,4 +46,34 @@ export async function startGuardedAgent(
 /** A concrete path for a registered route pattern: each `:param` gets a value the route's schema accepts. */
 export function concretePath(pattern: string, value = "example.test"): string {
   return pattern.replace(/:[A-Za-z_]+/g, value);
+}
+
+export interface NamedToken {
+  name: string;
+  scopes: readonly Grant[];
+  secret: string;
+  not_after?: string;
+}
+
+export const secretOf = (name: string) => `secret-of-${name}-0123456789abcdef`;
+export const sha256Hex = (s: string) => createHash("sha256").update(s).digest("hex");
+
+/** A tokens file (in a temp dir removed when the test ends) holding `tokens` as the agent expects them. */
+export function writeTokensFile(t: After, tokens: readonly NamedToken[], path?: string): string {
+  let file = path;
+  if (file === undefined) {
+    const dir = mkdtempSync(join(tmpdir(), "hk-tokens-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    file = join(dir, "tokens.json");
+  }
+  const body = {
+    tokens: tokens.map((k) => ({
+      name: k.name,
+      sha256: sha256Hex(k.secret),
+      scopes: k.scopes,
+      ...(k.not_after ? { not_after: k.not_after } : {}),
+    })),
+  };
+  writeFileSync(file, JSON.stringify(body), { mode: 0o600 });
+  return file;
 }
