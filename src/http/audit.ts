@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { type AuditLog, type AuditSummary, outcomeOf } from "../store/audit.js";
 
 const READS = new Set(["GET", "HEAD", "OPTIONS"]);
@@ -49,36 +49,34 @@ export function auditMutations(
   app: FastifyInstance,
   audit: AuditLog,
   now: () => number,
-): (request: FastifyRequest) => void {
+): (request: FastifyRequest, reply: FastifyReply) => void {
   const ids = new WeakMap<FastifyRequest, number>();
   app.addHook("preValidation", async (request) => {
     const id = ids.get(request);
     if (id !== undefined) audit.describe(id, auditSummary(request, true));
   });
+  // Fastify calls this once the answer is sent (inject included); a connection that closes first never gets here.
   app.addHook("onResponse", async (request, reply) => {
     const id = ids.get(request);
-    if (id === undefined) return;
-    if (reply.raw.writableFinished) audit.complete(id, outcomeOf(reply.statusCode), reply.statusCode);
-    else audit.complete(id, "aborted", null);
+    if (id !== undefined) audit.complete(id, outcomeOf(reply.statusCode), reply.statusCode);
   });
-  app.addHook("onRequestAbort", async (request) => {
-    const id = ids.get(request);
-    if (id !== undefined) audit.complete(id, "aborted", null);
-  });
-  return (request) => {
+  return (request, reply) => {
     if (READS.has(request.method) || !request.principal) return;
-    ids.set(
-      request,
-      audit.begin({
-        at: new Date(now()),
-        token: request.principal.name,
-        remoteAddress: request.ip,
-        requestId: request.id,
-        method: request.method,
-        route: request.routeOptions.url ?? "",
-        path: request.url.split("?")[0] ?? request.url,
-        summary: auditSummary(request, false),
-      }),
-    );
+    const id = audit.begin({
+      at: new Date(now()),
+      token: request.principal.name,
+      remoteAddress: request.ip,
+      requestId: request.id,
+      method: request.method,
+      route: request.routeOptions.url ?? "",
+      path: request.url.split("?")[0] ?? request.url,
+      summary: auditSummary(request, false),
+    });
+    ids.set(request, id);
+    // The connection closed before the answer was all sent (the client went away, or timed out): the
+    // handler may still finish the change, but nobody learns its outcome.
+    reply.raw.once("close", () => {
+      if (!reply.raw.writableFinished) audit.complete(id, "aborted", null);
+    });
   };
 }

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import { ApiError, type ProblemCode, problemCodes } from "./errors.js";
 import type { FailureLimiter } from "./rate-limit.js";
@@ -145,9 +145,9 @@ function withProblem(response: Record<string, unknown>, code: ProblemCode): Reco
 export function registerAccessControl(
   app: FastifyInstance,
   access: AccessControl,
-  afterAuthentication: (request: FastifyRequest) => void,
+  afterAuthentication: (request: FastifyRequest, reply: FastifyReply) => void,
 ): void {
-  app.addHook("onRequest", async (request) => {
+  app.addHook("onRequest", async (request, reply) => {
     if (request.is404 !== true && request.routeOptions.config.public === true) return;
     const r = access.authenticate(request.headers.authorization, request.ip, {
       method: request.method,
@@ -156,7 +156,7 @@ export function registerAccessControl(
     if (r instanceof ApiError) throw r;
     request.principal = r;
     if (request.is404 === true) return;
-    afterAuthentication(request);
+    afterAuthentication(request, reply);
     const missing = missingScopes(r.scopes, request.routeOptions.config.scopes ?? ["*"]);
     if (missing.length > 0) throw insufficientScope(r, missing);
   });
