@@ -31,7 +31,7 @@ export const agentSettings = {
     key: "token",
     env: "HOSTKEEPER_TOKEN",
     area: "agent",
-    doc: "Bearer token for every endpoint but the probes `GET /healthz` and `GET /readyz`. When unset, one is generated at first start into `<data dir>/token` (mode 0600).",
+    doc: "Bearer token with every scope (`*`), for every endpoint but the probes `GET /healthz` and `GET /readyz`. When unset, one is generated at first start into `<data dir>/token` (mode 0600), which `hostkeeper token rotate` can rotate; a token set here cannot be.",
     defaultText: "generated",
     default: undefined as string | undefined,
     parse: (raw) => {
