@@ -117,6 +117,7 @@ export class TokenRegistry {
       try {
         this.fileStamp = this.stamp(path);
         this.fileEntries = parseTokensFile(readFileSync(path, "utf8")).entries.map(toEntry);
+        this.warnIfWritableByOthers(path);
       } catch (err) {
         throw new Error(`HOSTKEEPER_TOKENS_FILE ${path}: ${(err as Error).message}`);
       }
@@ -174,6 +175,17 @@ export class TokenRegistry {
     this.debounce.unref();
   }
 
+  /** Whoever can write the file can give themselves every scope: said once per version of the file. */
+  private warnIfWritableByOthers(path: string): void {
+    const st = statSync(path);
+    const uid = process.getuid?.();
+    if ((st.mode & 0o022) !== 0 || (uid !== undefined && st.uid !== uid && st.uid !== 0))
+      this.opts.log.warn(
+        { path, mode: (st.mode & 0o777).toString(8), uid: st.uid },
+        "the tokens file can be written by another user than the agent's or root: whoever can write it can grant any scope",
+      );
+  }
+
   private stamp(path: string): string {
     const st = statSync(path);
     return `${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
@@ -190,8 +202,17 @@ export class TokenRegistry {
       stamp = `missing:${(err as NodeJS.ErrnoException).code}`;
     }
     if (stamp === this.fileStamp || stamp === this.failedStamp) return;
+    if (stamp === "missing:ENOENT") {
+      // Removed, not broken: removing the file is a way to withdraw every token in it at once.
+      this.fileEntries = [];
+      this.fileStamp = stamp;
+      this.failedStamp = "";
+      this.opts.log.warn({ path }, "the tokens file was removed; only the agent's own token is accepted");
+      return;
+    }
     try {
       const entries = parseTokensFile(readFileSync(path, "utf8")).entries.map(toEntry);
+      this.warnIfWritableByOthers(path);
       this.fileEntries = entries;
       this.fileStamp = stamp;
       this.failedStamp = "";

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { readFileSync, renameSync, writeFileSync } from "node:fs";
+import { chmodSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { Writable } from "node:stream";
 import { describe, test } from "node:test";
@@ -78,6 +78,12 @@ describe("the tokens file", () => {
       (await statusWith(a, ci.secret)) === 401 ? true : undefined,
     );
     assert.equal(await statusWith(a, newcomer.secret), 200);
+    // Removed: every token of the file is withdrawn; the agent's own stays.
+    rmSync(file);
+    await waitFor("the file's tokens to be withdrawn", async () =>
+      (await statusWith(a, newcomer.secret)) === 401 ? true : undefined,
+    );
+    assert.equal(await statusWith(a, TEST_TOKEN), 200);
   });
 
   test("a broken file keeps the tokens loaded before, and says so in the log once", async (t) => {
@@ -110,6 +116,14 @@ describe("the tokens file", () => {
       assert.equal(last.path, file);
       assert.equal(last.kept, 1);
     }
+    // A file others may write is loaded, with a warning.
+    writeTokensFile(t, [ci], file);
+    chmodSync(file, 0o666);
+    registry.reloadIfChanged();
+    assert.ok(
+      lines.some((l) => JSON.parse(l).level === 40 && JSON.parse(l).mode === "666"),
+      lines.join("\n"),
+    );
     // Nothing of a token's secret or hash reaches the log.
     assert.ok(!lines.some((l) => l.includes(ci.secret) || l.includes(sha256Hex(ci.secret))));
   });
