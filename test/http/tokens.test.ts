@@ -56,6 +56,16 @@ function capturedLogger() {
   return { log: pino({ level: "debug" }, stream), lines };
 }
 
+/** The registry alone: the test's token as the agent's own, and `file` as the tokens file. */
+const registryOf = (file: string | undefined, log: pino.Logger) =>
+  new TokenRegistry({
+    own: { secret: TEST_TOKEN, path: undefined },
+    tokensFile: file,
+    overlapMs: 0,
+    now: Date.now,
+    log,
+  });
+
 describe("the tokens file", () => {
   test("is read again when it changes, replaced by rename or written in place, without a restart", async (t) => {
     const ci = token("ci", "proxy:read");
@@ -90,13 +100,7 @@ describe("the tokens file", () => {
     const ci = token("ci", "proxy:read");
     const file = writeTokensFile(t, [ci]);
     const { log, lines } = capturedLogger();
-    const registry = new TokenRegistry({
-      own: { secret: TEST_TOKEN, path: undefined },
-      tokensFile: file,
-      overlapMs: 1000,
-      now: Date.now,
-      log,
-    });
+    const registry = registryOf(file, log);
     t.after(() => registry.close());
     const broken = [
       "{not json",
@@ -316,13 +320,7 @@ describe("failed authentications are rate-limited per source address", () => {
 
   test("failures are logged with the address and reason, never the presented secret", () => {
     const { log, lines } = capturedLogger();
-    const registry = new TokenRegistry({
-      own: { secret: TEST_TOKEN, path: undefined },
-      tokensFile: undefined,
-      overlapMs: 0,
-      now: Date.now,
-      log,
-    });
+    const registry = registryOf(undefined, log);
     const access = new AccessControl(
       registry,
       new FailureLimiter({ burst: 1, perMinute: 1, now: Date.now }),
