@@ -102,21 +102,30 @@ export function requireRouteScopes(app: FastifyInstance): void {
   app.addHook("onRoute", (route) => {
     if (route.config?.public === true) return;
     const methods = Array.isArray(route.method) ? route.method : [route.method];
-    const scopes = route.config?.scopes ?? derivedScopes(methods[0] ?? "", route.url);
+    const derived = new Set(methods.map((m) => derivedScopes(m, route.url)?.join(" ")));
+    // One route for reads and writes alike must say which scopes it needs.
+    const scopes =
+      route.config?.scopes ?? (derived.size === 1 ? derivedScopes(methods[0] ?? "", route.url) : undefined);
     if (scopes === undefined)
       throw new Error(
         `route ${methods.join(",")} ${route.url} declares no token scopes: set config.scopes (or config.public for a probe)`,
       );
     route.config = { ...route.config, scopes };
-    const schema = route.schema;
-    if (!schema || (schema as { hide?: boolean }).hide) return;
-    const s = schema as { security?: unknown; response?: Record<string, unknown> };
-    s.security = [{ bearer: [...scopes] }];
-    if (s.response)
-      s.response = withProblem(
-        withProblem(s.response, "insufficient_scope"),
-        "too_many_failed_authentications",
-      );
+    const schema = route.schema as { hide?: boolean; response?: Record<string, unknown> } | undefined;
+    if (!schema || schema.hide) return;
+    // A copy: a schema object shared by two routes must not carry one route's scopes into the other.
+    route.schema = {
+      ...schema,
+      security: [{ bearer: [...scopes] }],
+      ...(schema.response
+        ? {
+            response: withProblem(
+              withProblem(schema.response, "insufficient_scope"),
+              "too_many_failed_authentications",
+            ),
+          }
+        : {}),
+    };
   });
 }
 

@@ -161,6 +161,14 @@ describe("a route gets its scopes by construction", () => {
     }, /GET \/v1\/something-new declares no token scopes/);
   });
 
+  test("one route for reads and writes must declare its scopes", async () => {
+    const { app } = build();
+    await assert.rejects(async () => {
+      app.route({ method: ["GET", "POST"], url: "/v1/proxy/both", handler: async () => ({}) });
+      await app.ready();
+    }, /GET,POST \/v1\/proxy\/both declares no token scopes/);
+  });
+
   test("a public probe needs no scopes, and a declared scope wins over the derived one", async () => {
     const { app, table } = build();
     app.get("/livez", { config: { public: true } }, async () => ({}));
