@@ -33,9 +33,10 @@ export type TokenCheck = (
 
 /**
  * Authentication: a token of the registry, or 401; an address that keeps failing gets 429 with
- * `Retry-After` instead, until its budget refills. A valid token is never limited, so someone guessing
- * from a shared address (loopback) cannot lock the agent's own CLI out. Failures are logged with the
- * address and the reason, never with what was presented.
+ * `Retry-After` instead, until its budget refills. A remote address past its budget is refused before its
+ * token is compared; a loopback one still gets in with a valid token, so someone guessing from a shared
+ * loopback cannot lock the agent's own CLI out. Failures are logged with the address and the reason,
+ * never with what was presented.
  */
 export class AccessControl {
   constructor(
@@ -49,21 +50,29 @@ export class AccessControl {
     address: string | undefined,
     what: { method?: string | undefined; url?: string | undefined } = {},
   ): Principal | ApiError {
+    const remote = address ?? "unknown";
+    const path = what.url?.split("?")[0];
+    // A remote address that has spent its budget is refused before its token is compared, so guessing
+    // from it runs at the refill rate. The loopback is not: a local user sending bad tokens must not lock
+    // the root CLI out, and a local guesser meets secrets it cannot read (the token file is 0600).
+    const exhausted = isLoopback(remote) ? undefined : this.limiter.exhausted(remote);
+    if (exhausted !== undefined) {
+      this.log.debug(
+        { remote_address: remote, method: what.method, path },
+        "authentication refused, rate-limited",
+      );
+      return tooManyFailures(remote, exhausted);
+    }
     const principal = this.tokens.authenticate(authorization);
     if (principal) return principal;
-    const remote = address ?? "unknown";
     const reason = authorization
       ? "the bearer token is not valid"
       : "an Authorization: Bearer header is required";
     const retryAfter = this.limiter.fail(remote);
-    const fields = { remote_address: remote, method: what.method, path: what.url?.split("?")[0], reason };
+    const fields = { remote_address: remote, method: what.method, path, reason };
     if (retryAfter !== undefined) {
       this.log.debug({ ...fields, retry_after_seconds: retryAfter }, "failed authentication, rate-limited");
-      return new ApiError(
-        "too_many_failed_authentications",
-        `too many failed authentications from ${remote}; try again in ${retryAfter} s`,
-        { headers: { "retry-after": String(retryAfter) }, extensions: { retry_after_seconds: retryAfter } },
-      );
+      return tooManyFailures(remote, retryAfter);
     }
     this.log.warn(fields, "failed authentication");
     return new ApiError("unauthorized", reason);
@@ -74,6 +83,20 @@ export class AccessControl {
     const r = this.authenticate(authorization, address);
     return r instanceof ApiError ? r : undefined;
   };
+}
+
+function tooManyFailures(remote: string, retryAfter: number): ApiError {
+  return new ApiError(
+    "too_many_failed_authentications",
+    `too many failed authentications from ${remote}; try again in ${retryAfter} s`,
+    { headers: { "retry-after": String(retryAfter) }, extensions: { retry_after_seconds: retryAfter } },
+  );
+}
+
+/** 127.0.0.0/8, ::1 and their IPv4-mapped form. */
+function isLoopback(address: string): boolean {
+  const v4 = address.startsWith("::ffff:") ? address.slice(7) : address;
+  return v4.startsWith("127.") || address === "::1";
 }
 
 /** The 403 for a principal missing `missing` of the route's scopes. */

@@ -18,10 +18,7 @@ export class FailureLimiter {
    * has a failure to spend again (for `Retry-After`).
    */
   fail(address: string): number | undefined {
-    const now = this.opts.now();
-    const b = this.buckets.get(address) ?? { tokens: this.opts.burst, at: now };
-    b.tokens = Math.min(this.opts.burst, b.tokens + (now - b.at) * this.perMs);
-    b.at = now;
+    const b = this.refilled(address);
     // Re-inserted, so the map's order is the order of last use.
     this.buckets.delete(address);
     this.buckets.set(address, b);
@@ -33,6 +30,29 @@ export class FailureLimiter {
       b.tokens -= 1;
       return undefined;
     }
+    return this.wait(b);
+  }
+
+  /**
+   * The seconds until `address` may fail again when it has spent its budget, else undefined; counts
+   * nothing, so a request refused on it does not prolong its own wait.
+   */
+  exhausted(address: string): number | undefined {
+    const b = this.buckets.get(address);
+    if (b === undefined) return undefined;
+    const tokens = Math.min(this.opts.burst, b.tokens + (this.opts.now() - b.at) * this.perMs);
+    return tokens >= 1 ? undefined : this.wait({ tokens });
+  }
+
+  private refilled(address: string): { tokens: number; at: number } {
+    const now = this.opts.now();
+    const b = this.buckets.get(address) ?? { tokens: this.opts.burst, at: now };
+    b.tokens = Math.min(this.opts.burst, b.tokens + (now - b.at) * this.perMs);
+    b.at = now;
+    return b;
+  }
+
+  private wait(b: { tokens: number }): number {
     return Math.max(1, Math.ceil((1 - b.tokens) / this.perMs / 1000));
   }
 

@@ -304,8 +304,9 @@ describe("failed authentications are rate-limited per source address", () => {
     assert.equal(limited.headers["retry-after"], "10");
     assert.equal(limited.json().code, "too_many_failed_authentications");
     assert.equal(limited.json().retry_after_seconds, 10);
-    // A request with a valid token from the same address is not limited, and costs nothing.
-    assert.equal(await statusWith(a, TEST_TOKEN, "/v1/openapi.json", "192.0.2.7"), 200);
+    // A remote address past its budget is refused before its token is compared: guessing runs at the
+    // refill rate, and a right guess meanwhile is refused too.
+    assert.equal(await statusWith(a, TEST_TOKEN, "/v1/openapi.json", "192.0.2.7"), 429);
     // Another address has its own budget.
     assert.equal((await bad("192.0.2.8")).statusCode, 401);
     // A request without any token counts the same.
@@ -314,8 +315,29 @@ describe("failed authentications are rate-limited per source address", () => {
     clock.advance(9_999);
     assert.equal((await bad()).statusCode, 429);
     clock.advance(1);
+    // Refused requests did not prolong the wait: one failure's worth has refilled.
+    assert.equal(await statusWith(a, TEST_TOKEN, "/v1/openapi.json", "192.0.2.7"), 200);
     assert.equal((await bad()).statusCode, 401);
     assert.equal((await bad()).statusCode, 429);
+  });
+
+  test("on the loopback a valid token still gets in past the budget, so bad tokens cannot lock the CLI out", async (t) => {
+    const a = await agent(t, {
+      HOSTKEEPER_AUTH_FAILURE_BURST: "1",
+      HOSTKEEPER_AUTH_FAILURES_PER_MINUTE: "1",
+    });
+    for (const address of ["127.0.0.1", "::1", "::ffff:127.0.0.1"]) {
+      const bad = () =>
+        a.app.inject({
+          method: "GET",
+          url: "/v1/status",
+          headers: { authorization: "Bearer wrong-token-0123456789" },
+          remoteAddress: address,
+        });
+      assert.equal((await bad()).statusCode, 401);
+      assert.equal((await bad()).statusCode, 429);
+      assert.equal(await statusWith(a, TEST_TOKEN, "/v1/openapi.json", address), 200);
+    }
   });
 
   test("failures are logged with the address and reason, never the presented secret", () => {
@@ -332,8 +354,11 @@ describe("failed authentications are rate-limited per source address", () => {
       access.check(`Bearer ${presented}`, "198.51.100.1")?.code,
       "too_many_failed_authentications",
     );
-    assert.equal(access.check(`Bearer ${TEST_TOKEN}`, "198.51.100.1"), undefined);
-    assert.equal(lines.length, 2, lines.join("\n"));
+    assert.equal(
+      access.check(`Bearer ${TEST_TOKEN}`, "198.51.100.1")?.code,
+      "too_many_failed_authentications",
+    );
+    assert.equal(lines.length, 3, lines.join("\n"));
     const first = JSON.parse(lines[0] as string);
     assert.equal(first.remote_address, "198.51.100.1");
     assert.equal(first.reason, "the bearer token is not valid");
