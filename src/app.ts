@@ -155,6 +155,8 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     lockTimeoutMs: system.lockTimeoutMs,
     rebootCommand: system.rebootCommand,
     rebootDelayMs: system.rebootDelayMs,
+    boot: { bootIdFile: system.bootIdFile, kernelReleaseFile: system.kernelReleaseFile },
+    outbox,
     env: process.env,
     log: logger.child({ component: "system" }),
   });
@@ -197,12 +199,13 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
   registerHealthRoutes(app, health);
   app.get("/v1/openapi.json", { schema: { hide: true } }, async () => app.swagger());
   registerProxyRoutes(app, routes);
-  registerSystemRoutes(app, systemService);
+  registerSystemRoutes(app, systemService, deny);
   registerOperatorRoutes(app, operator);
   registerEventRoutes(app, outbox);
   registerMetricsRoutes(app, metrics);
 
   app.addHook("onReady", async () => {
+    await systemService.start();
     outbox.start();
     operator.start();
   });

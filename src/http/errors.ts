@@ -15,6 +15,7 @@ export const problemCodes = {
   change_not_found: { status: 404, title: "Route change not found" },
   event_not_found: { status: 404, title: "Event not found" },
   update_not_found: { status: 404, title: "Update process not found" },
+  apply_not_found: { status: 404, title: "Apply not found" },
   method_not_allowed: { status: 405, title: "Method not allowed" },
   route_exists: { status: 409, title: "Route already exists" },
   restore_conflict: { status: 409, title: "Restore does not apply to the route as it is now" },

@@ -1,15 +1,22 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import type { LockHolder } from "./errors.js";
 import {
   type ApplyChanges,
+  type ApplyListener,
+  type ApplyProgress,
   applyUpdates,
+  type DownloadResult,
+  downloadUpdates,
   type InstalledPackage,
   type PackageManager,
   type PackageUpdate,
+  packageFilesIn,
   packageKey,
+  progressCounter,
+  type Recovery,
   type UpdateType,
   type UpgradeSteps,
   VERSION_TIMEOUT_MS,
@@ -89,6 +96,9 @@ export function aptLockHolder(r: CommandResult): LockHolder | undefined {
     text,
   );
   if (n) return { lock: n[1] ?? n[2] ?? "the apt lock", pid: undefined, name: undefined };
+  // dpkg run directly (`dpkg --configure -a`).
+  const d = /(dpkg (?:frontend )?lock) was locked by another process with pid (\d+)/.exec(text);
+  if (d) return { lock: `the ${d[1]}`, pid: Number(d[2]), name: undefined };
   return undefined;
 }
 
@@ -102,13 +112,48 @@ export function aptErrorLines(r: CommandResult): string[] {
 }
 
 /**
+ * Progress of an apt-get run from its output: the plan line on stdout gives how many packages it installs,
+ * `APT::Status-Fd` lines the downloads (`dlstatus:N:PERCENT:Retrieving file I of T`) and dpkg's steps
+ * (`pmstatus:PKG:PERCENT:Installed PKG (arch)`).
+ */
+export function aptProgress(progress: ((p: ApplyProgress) => void) | undefined) {
+  const counter = progressCounter(progress);
+  return (line: string, stream: "stdout" | "status") => {
+    if (stream === "stdout") {
+      const plan = /^(\d+) upgraded, (\d+) newly installed, /.exec(line);
+      if (plan) counter.setInstallTotal(Number(plan[1]) + Number(plan[2]));
+      return;
+    }
+    const dl = /^dlstatus:\d+:([\d.]+):.* (\d+) of (\d+)/.exec(line);
+    if (dl) {
+      const total = Number(dl[3]);
+      counter.downloaded(Number(dl[1]) >= 100 ? total : Math.max(0, Number(dl[2]) - 1), total);
+      return;
+    }
+    const pm = /^pmstatus:([^:]+):[\d.]+:(.*)$/.exec(line);
+    if (!pm) return;
+    const [, pkg = "", message = ""] = pm;
+    counter.installed(message.startsWith("Installed ") ? pkg : undefined);
+  };
+}
+
+/** `apt-config dump` lines of a list option: `DPkg::Options:: "--root=/x";` -> `--root=/x`. */
+export function aptListOption(dump: string, name: string): string[] {
+  const re = new RegExp(`^${name}:: "(.*)";$`, "i");
+  return dump
+    .split("\n")
+    .map((l) => re.exec(l)?.[1])
+    .filter((v): v is string => v !== undefined);
+}
+
+/**
  * apt and dpkg (Debian, Ubuntu). The plan is read from `apt-get -s` (a stable output, unlike `apt list`);
  * security updates are found by simulating with security-only pinning, and installed the same way.
  */
 export class AptPackageManager implements PackageManager, UpgradeSteps {
   readonly name = "apt" as const;
   private readonly env: NodeJS.ProcessEnv;
-  private paths: Promise<{ status: string; preferences: string }> | undefined;
+  private paths: Promise<AptPaths> | undefined;
 
   constructor(private readonly o: AptOptions) {
     this.env = {
@@ -141,18 +186,57 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     });
   }
 
-  apply(type: UpdateType): Promise<ApplyChanges> {
-    return applyUpdates(this, type);
+  apply(type: UpdateType, listener?: ApplyListener): Promise<ApplyChanges> {
+    return applyUpdates(this, type, listener);
   }
 
-  async upgrade(type: UpdateType): Promise<void> {
+  download(type: UpdateType): Promise<DownloadResult> {
+    return downloadUpdates(this, type);
+  }
+
+  async cachedFiles(): Promise<Map<string, number>> {
+    return packageFilesIn((await this.aptPaths()).archives);
+  }
+
+  /**
+   * dpkg left packages unpacked or half-configured, or its journal unprocessed (what apt refuses with "dpkg
+   * was interrupted"): `dpkg --configure -a` finishes them, with apt's dpkg options (its root, its log).
+   */
+  async recover(): Promise<Recovery | null> {
+    const p = await this.aptPaths();
+    const dump = (await this.run("apt-config dump", "apt-config", ["dump"])).stdout;
+    const dpkg = [...aptListOption(dump, "DPkg::Options"), "--force-confdef", "--force-confold"];
+    const audit = await runCommand(p.dpkg, [...dpkg, "--audit"], {
+      env: this.env,
+      timeoutMs: this.o.commandTimeoutMs,
+    });
+    const journal = readdirOrEmpty(join(dirname(p.status), "updates")).filter((f) => /^\d+$/.test(f));
+    const unfinished = audit.stdout.trim() !== "" || audit.code !== 0 || journal.length > 0;
+    if (!unfinished) return null;
+    const r = await this.run("dpkg --configure -a", p.dpkg, [...dpkg, "--configure", "-a"], true);
+    const found = lastLines(audit.stdout, 20);
+    return {
+      command: "dpkg --configure -a",
+      action: "ran",
+      detail: `dpkg had been interrupted${journal.length ? ` (${journal.length} journal entries)` : ""}; \`dpkg --configure -a\` finished the packages it had left`,
+      lines: [...found, ...lastLines(r.stdout, 20 - found.length)].slice(0, 20),
+    };
+  }
+
+  async upgrade(
+    type: UpdateType,
+    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void } = {},
+  ): Promise<void> {
     // A held package's installed version is pinned above any candidate, so apt keeps it.
     const hold = this.o.hold.length
       ? `Package: ${this.o.hold.join(" ")}\nPin: release a=now\nPin-Priority: 1001\n\n`
       : "";
     const pins = type === "security" ? hold + SECURITY_PINS : hold;
     // Security updates never remove a package (upgrade --with-new-pkgs); a full upgrade is dist-upgrade.
-    const action = type === "security" ? ["upgrade", "--with-new-pkgs"] : ["dist-upgrade"];
+    const action = [
+      ...(type === "security" ? ["upgrade", "--with-new-pkgs"] : ["dist-upgrade"]),
+      ...(o.downloadOnly ? ["--download-only"] : []),
+    ];
     await this.withPreferences(pins, (prefs) =>
       this.run(
         `apt-get ${action.join(" ")}`,
@@ -164,10 +248,12 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
           "Dpkg::Options::=--force-confdef",
           "-o",
           "Dpkg::Options::=--force-confold",
+          ...(o.progress ? ["-o", "APT::Status-Fd=3"] : []),
           ...prefs,
           ...action,
         ],
         true,
+        o.progress ? aptProgress(o.progress) : undefined,
       ),
     );
   }
@@ -232,20 +318,26 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     }
   }
 
-  /** Where apt's configuration (APT_CONFIG included) puts the dpkg status file and the preferences file. */
-  private aptPaths(): Promise<{ status: string; preferences: string }> {
+  /** Where apt's configuration (APT_CONFIG included) puts the dpkg status, preferences, cache and dpkg. */
+  private aptPaths(): Promise<AptPaths> {
     this.paths ??= this.run("apt-config shell", "apt-config", [
       "shell",
       "STATUS",
       "Dir::State::status/f",
       "PREFS",
       "Dir::Etc::preferences/f",
+      "ARCHIVES",
+      "Dir::Cache::archives/d",
+      "DPKG",
+      "Dir::Bin::dpkg/f",
     ]).then(
       (r) => {
         const value = (name: string) => new RegExp(`^${name}='([^']*)'$`, "m").exec(r.stdout)?.[1];
         return {
           status: value("STATUS") ?? "/var/lib/dpkg/status",
           preferences: value("PREFS") ?? "/etc/apt/preferences",
+          archives: value("ARCHIVES") ?? "/var/cache/apt/archives/",
+          dpkg: value("DPKG") || "dpkg",
         };
       },
       (err: unknown) => {
@@ -257,8 +349,14 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
   }
 
   /** Runs an apt program; `label` names it in errors; `takesLock` waits for the lock held by others. */
-  private async run(label: string, file: string, args: string[], takesLock = false): Promise<CommandResult> {
-    const o = { env: this.env, timeoutMs: this.o.commandTimeoutMs };
+  private async run(
+    label: string,
+    file: string,
+    args: string[],
+    takesLock = false,
+    onLine?: (line: string, stream: "stdout" | "status") => void,
+  ): Promise<CommandResult> {
+    const o = { env: this.env, timeoutMs: this.o.commandTimeoutMs, onLine };
     const r = takesLock
       ? await runWaitingForLock(file, args, {
           ...o,
@@ -268,5 +366,22 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
       : await runCommand(file, args, o);
     if (r.code !== 0) throw commandFailed(label, r, aptErrorLines(r));
     return r;
+  }
+}
+
+interface AptPaths {
+  status: string;
+  preferences: string;
+  /** Where apt keeps downloaded packages (`Dir::Cache::archives`). */
+  archives: string;
+  /** The dpkg apt runs (`Dir::Bin::dpkg`). */
+  dpkg: string;
+}
+
+function readdirOrEmpty(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
   }
 }
