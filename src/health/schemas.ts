@@ -132,7 +132,8 @@ export const AgentStatusSchema = Type.Object(
                   description: "When the agent first ran in the new boot.",
                 }),
                 planned: Type.Boolean({
-                  description: "Whether it was the reboot an apply scheduled (`auto_reboot`); false: unplanned.",
+                  description:
+                    "Whether it was the reboot an apply scheduled (`auto_reboot`); false: unplanned.",
                 }),
                 apply_id: Nullable(Type.Integer(), "The apply whose reboot it was."),
               },

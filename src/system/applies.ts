@@ -112,9 +112,7 @@ export class ApplyStore {
          @callback_url, @at)`,
     );
     this.byIdStmt = db.prepare("SELECT * FROM system_applies WHERE id = ?");
-    this.statesStmt = db.prepare(
-      "SELECT state, at FROM system_apply_states WHERE apply_id = ? ORDER BY seq",
-    );
+    this.statesStmt = db.prepare("SELECT state, at FROM system_apply_states WHERE apply_id = ? ORDER BY seq");
     this.addStateStmt = db.prepare(
       `INSERT INTO system_apply_states (apply_id, seq, state, at)
        VALUES (?, (SELECT count(*) FROM system_apply_states WHERE apply_id = ?), ?, ?)`,
@@ -149,8 +147,7 @@ export class ApplyStore {
     const now = new Date().toISOString();
     const values: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(fields))
-      values[k] =
-        v === undefined || v === null || typeof v !== "object" ? (v ?? null) : JSON.stringify(v);
+      values[k] = v === undefined || v === null || typeof v !== "object" ? (v ?? null) : JSON.stringify(v);
     const sets = Object.keys(values).map((k) => `${k} = @${k}`);
     this.db.transaction(() => {
       this.db
@@ -176,9 +173,7 @@ export class ApplyStore {
   /** Applies in one of `states`, oldest first. */
   inStates(states: readonly ApplyState[]): ApplyRow[] {
     return this.db
-      .prepare(
-        `SELECT * FROM system_applies WHERE state IN (SELECT value FROM json_each(?)) ORDER BY id`,
-      )
+      .prepare(`SELECT * FROM system_applies WHERE state IN (SELECT value FROM json_each(?)) ORDER BY id`)
       .all(JSON.stringify(states)) as ApplyRow[];
   }
 

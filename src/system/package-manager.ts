@@ -110,7 +110,10 @@ export interface UpgradeSteps {
   /** Every installed package, keyed by `packageKey`. */
   installed(): Promise<Map<string, InstalledPackage>>;
   /** Runs the upgrade of `type`, excluding held packages; only downloads with `downloadOnly`. */
-  upgrade(type: UpdateType, o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void }): Promise<void>;
+  upgrade(
+    type: UpdateType,
+    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void },
+  ): Promise<void>;
   /** The package files in the manager's download cache: path -> size in bytes. */
   cachedFiles(): Promise<Map<string, number>>;
 }

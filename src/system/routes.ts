@@ -58,7 +58,10 @@ export function registerSystemRoutes(app: App, service: SystemService, deny: Den
             ),
             headers: {
               location: { type: "string", description: "`/v1/system/applies/{id}`." },
-              "preference-applied": { type: "string", description: "`respond-async` (and `wait=N` when it waited)." },
+              "preference-applied": {
+                type: "string",
+                description: "`respond-async` (and `wait=N` when it waited).",
+              },
             },
           },
           ...problemResponses(

@@ -94,7 +94,10 @@ export const DownloadResultSchema = Type.Object(
         { ...Pkg, current_version: Type.String(), new_version: Type.String() },
         { additionalProperties: false },
       ),
-      { description: "The updates in scope: what the apply of this type would install (held packages left out)." },
+      {
+        description:
+          "The updates in scope: what the apply of this type would install (held packages left out).",
+      },
     ),
     downloaded: Type.Array(
       Type.Object(
@@ -143,10 +146,16 @@ export const RebootReportSchema = Type.Object(
     boot_id_before: Type.Union([Type.String(), Type.Null()], {
       description: "The boot the reboot was scheduled in (null when the boot id cannot be read).",
     }),
-    kernel_before: Type.Union([Type.String(), Type.Null()], { description: "The running kernel then (`uname -r`)." }),
+    kernel_before: Type.Union([Type.String(), Type.Null()], {
+      description: "The running kernel then (`uname -r`).",
+    }),
     command_started_at: Type.Union([Type.String({ format: "date-time" }), Type.Null()]),
-    boot_id_after: Type.Union([Type.String(), Type.Null()], { description: "The boot the agent came back in." }),
-    kernel_after: Type.Union([Type.String(), Type.Null()], { description: "The running kernel after the reboot." }),
+    boot_id_after: Type.Union([Type.String(), Type.Null()], {
+      description: "The boot the agent came back in.",
+    }),
+    kernel_after: Type.Union([Type.String(), Type.Null()], {
+      description: "The running kernel after the reboot.",
+    }),
     back_online_at: Type.Union([Type.String({ format: "date-time" }), Type.Null()], {
       description: "When the agent started in the new boot.",
     }),
@@ -154,7 +163,8 @@ export const RebootReportSchema = Type.Object(
       description: "Whether a reboot is still required after it (null: the package manager could not say).",
     }),
     error: Type.Union([Type.String(), Type.Null()], {
-      description: "Why the reboot did not happen (the command failed, or the agent stopped before it was due).",
+      description:
+        "Why the reboot did not happen (the command failed, or the agent stopped before it was due).",
     }),
   },
   { additionalProperties: false, $id: "RebootReport", title: "RebootReport" },
@@ -165,10 +175,13 @@ export const RecoverySchema = Type.Object(
   {
     command: Type.String(),
     action: StringEnum(["ran", "reported"], {
-      description: "`ran`: the package manager's repair ran (apt: `dpkg --configure -a`); `reported`: found and reported (dnf).",
+      description:
+        "`ran`: the package manager's repair ran (apt: `dpkg --configure -a`); `reported`: found and reported (dnf).",
     }),
     detail: Type.String(),
-    lines: Type.Array(Type.String(), { description: "The package manager's own lines about it (at most 20)." }),
+    lines: Type.Array(Type.String(), {
+      description: "The package manager's own lines about it (at most 20).",
+    }),
   },
   { additionalProperties: false, $id: "Recovery", title: "Recovery" },
 );
@@ -243,7 +256,10 @@ export const ApplyStatusSchema = Type.Object(
         { ...Pkg, current_version: Type.String(), new_version: Type.String(), held: Type.Boolean() },
         { additionalProperties: false },
       ),
-      { description: "The updates in scope, once the lists are refreshed; `new_version` is what this apply installs." },
+      {
+        description:
+          "The updates in scope, once the lists are refreshed; `new_version` is what this apply installs.",
+      },
     ),
     ...Changes,
     reboot_required: Type.Union([Type.Boolean(), Type.Null()], {
@@ -251,9 +267,12 @@ export const ApplyStatusSchema = Type.Object(
     }),
     reboot_scheduled: Type.Boolean(),
     reboot_at: Type.Union([Type.String({ format: "date-time" }), Type.Null()]),
-    reboot: Type.Union([Type.Ref("RebootReport"), Type.Null()], { description: "Null unless a reboot was scheduled." }),
+    reboot: Type.Union([Type.Ref("RebootReport"), Type.Null()], {
+      description: "Null unless a reboot was scheduled.",
+    }),
     recovery: Type.Union([Type.Ref("Recovery"), Type.Null()], {
-      description: "What the package manager's recovery did before this apply (after an interrupted run); null when none was needed.",
+      description:
+        "What the package manager's recovery did before this apply (after an interrupted run); null when none was needed.",
     }),
     error: Type.Union(
       [
@@ -263,7 +282,10 @@ export const ApplyStatusSchema = Type.Object(
       { description: "Why the apply failed: the problem code and detail a synchronous apply answers with." },
     ),
     history: Type.Array(
-      Type.Object({ state: StringEnum(APPLY_STATES), at: Type.String({ format: "date-time" }) }, { additionalProperties: false }),
+      Type.Object(
+        { state: StringEnum(APPLY_STATES), at: Type.String({ format: "date-time" }) },
+        { additionalProperties: false },
+      ),
       { description: "Every state the apply went through, oldest first." },
     ),
     started_at: Type.String({ format: "date-time", description: "When the apply was requested." }),
@@ -307,7 +329,9 @@ export const ApplyRecordSchema = Type.Object(
     outcome: StringEnum(["running", "succeeded", "failed", "interrupted"], {
       description: "`interrupted`: the agent stopped during the apply.",
     }),
-    state: StringEnum(APPLY_STATES, { description: "The apply's state, as `GET /v1/system/applies/{id}` shows it." }),
+    state: StringEnum(APPLY_STATES, {
+      description: "The apply's state, as `GET /v1/system/applies/{id}` shows it.",
+    }),
     error: Type.Union(
       [
         Type.Object({ code: Type.String(), detail: Type.String() }, { additionalProperties: false }),

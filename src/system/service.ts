@@ -13,7 +13,7 @@ import {
   type Progress,
   type StoredResult,
 } from "./applies.js";
-import { type BootSources, BootLog, currentBoot } from "./boot.js";
+import { BootLog, type BootSources, currentBoot } from "./boot.js";
 import { ApplyFailedError, ApplyNotFoundError, isSystemError, PackageManagerBusyError } from "./errors.js";
 import { Mutex } from "./mutex.js";
 import type { PackageManager, PackageManagerName, UpdateType } from "./package-manager.js";
@@ -182,7 +182,12 @@ export class SystemService {
     if (planned !== undefined) {
       const before = rebootOf(planned);
       this.o.log.info(
-        { apply_id: planned.id, boot_id: boot.boot_id, kernel_before: before?.kernel_before, kernel_after: boot.kernel },
+        {
+          apply_id: planned.id,
+          boot_id: boot.boot_id,
+          kernel_before: before?.kernel_before,
+          kernel_after: boot.kernel,
+        },
         `the host is back online after the reboot of apply ${planned.id}`,
       );
     } else if (last !== undefined)
@@ -296,14 +301,17 @@ export class SystemService {
     callbackUrl?: string,
   ): { status: ApplyStatus; done: Promise<void> } {
     const id = this.create(type, autoReboot, who, callbackUrl);
-    const job = this.measured("apply", () => this.runApply(id, type, autoReboot)).then(
-      (r) => {
-        if (r.reboot_scheduled) this.startScheduledReboot();
-      },
-      () => {
-        // Recorded in the apply's state and logged.
-      },
-    );
+    // Started on the next turn, so the answer shows the apply `queued`, as it was accepted.
+    const job = new Promise<void>((resolve) => setImmediate(resolve))
+      .then(() => this.measured("apply", () => this.runApply(id, type, autoReboot)))
+      .then(
+        (r) => {
+          if (r.reboot_scheduled) this.startScheduledReboot();
+        },
+        () => {
+          // Recorded in the apply's state and logged.
+        },
+      );
     this.jobs.add(job);
     void job.finally(() => this.jobs.delete(job));
     return { status: this.status(id), done: job };
@@ -324,7 +332,13 @@ export class SystemService {
       const finished = new Date();
       const ms = finished.getTime() - started.getTime();
       this.o.log.info(
-        { update_type: type, packages: r.planned.length, files: r.files.length, bytes: r.bytes, duration_ms: ms },
+        {
+          update_type: type,
+          packages: r.planned.length,
+          files: r.files.length,
+          bytes: r.bytes,
+          duration_ms: ms,
+        },
         `download of ${type} updates: ${r.files.length} files, ${r.bytes} bytes`,
       );
       return {
@@ -345,7 +359,12 @@ export class SystemService {
     });
   }
 
-  private create(type: UpdateType, autoReboot: boolean, who: Requester, callbackUrl: string | undefined): number {
+  private create(
+    type: UpdateType,
+    autoReboot: boolean,
+    who: Requester,
+    callbackUrl: string | undefined,
+  ): number {
     return this.store.create({
       request_id: who.request_id,
       requested_by: JSON.stringify({ remote_address: who.remote_address, user_agent: who.user_agent }),
@@ -389,36 +408,46 @@ export class SystemService {
   private async runApply(id: number, type: UpdateType, autoReboot: boolean): Promise<ApplyResult> {
     const row = this.store.get(id) as ApplyRow;
     const started = new Date(row.started_at);
-    const finish = (outcome: "succeeded" | "failed", error: ApplyStatus["error"], result: StoredResult | null) => {
+    const finish = (
+      outcome: "succeeded" | "failed",
+      error: ApplyStatus["error"],
+      result: StoredResult | null,
+    ) => {
       const finished = new Date();
       const ms = finished.getTime() - started.getTime();
       const progress = this.live.get(id);
       this.live.delete(id);
-      const rebootAt = result?.reboot_scheduled ? new Date(Date.now() + this.o.rebootDelayMs).toISOString() : null;
+      const rebootAt = result?.reboot_scheduled
+        ? new Date(Date.now() + this.o.rebootDelayMs).toISOString()
+        : null;
       const boot = currentBoot(this.o.boot);
-      this.store.transition(id, outcome === "failed" ? "failed" : rebootAt ? "reboot_scheduled" : "completed", {
-        outcome,
-        finished_at: finished.toISOString(),
-        duration_ms: ms,
-        error,
-        ...(result === null ? {} : { result }),
-        ...(progress === undefined ? {} : { progress }),
-        ...(rebootAt === null
-          ? {}
-          : {
-              reboot_at: rebootAt,
-              reboot: {
-                boot_id_before: boot?.boot_id ?? null,
-                kernel_before: boot?.kernel ?? null,
-                command_started_at: null,
-                boot_id_after: null,
-                kernel_after: null,
-                back_online_at: null,
-                reboot_required_after: null,
-                error: null,
-              },
-            }),
-      });
+      this.store.transition(
+        id,
+        outcome === "failed" ? "failed" : rebootAt ? "reboot_scheduled" : "completed",
+        {
+          outcome,
+          finished_at: finished.toISOString(),
+          duration_ms: ms,
+          error,
+          ...(result === null ? {} : { result }),
+          ...(progress === undefined ? {} : { progress }),
+          ...(rebootAt === null
+            ? {}
+            : {
+                reboot_at: rebootAt,
+                reboot: {
+                  boot_id_before: boot?.boot_id ?? null,
+                  kernel_before: boot?.kernel ?? null,
+                  command_started_at: null,
+                  boot_id_after: null,
+                  kernel_after: null,
+                  back_online_at: null,
+                  reboot_required_after: null,
+                  error: null,
+                },
+              }),
+        },
+      );
       if (rebootAt !== null) this.rebootApply = id;
       // The one line an apply leaves in the log: what was asked, how it ended, what it changed.
       const fields = {
@@ -559,7 +588,10 @@ export class SystemService {
     child.once("exit", (code, signal) => {
       if (code === 0) return;
       this.o.log.error({ code, signal }, "the reboot command failed");
-      this.rebootError(id, `the reboot command failed (${code === null ? `signal ${signal}` : `exit ${code}`})`);
+      this.rebootError(
+        id,
+        `the reboot command failed (${code === null ? `signal ${signal}` : `exit ${code}`})`,
+      );
     });
   }
 

@@ -1,6 +1,8 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
+import { createReadStream, statSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
+import { join, normalize } from "node:path";
 
 type After = { after: (fn: () => unknown) => void };
 
@@ -142,4 +144,42 @@ export function viaProxy(
     req.setTimeout(10_000, () => req.destroy(new Error("timeout")));
     req.end();
   });
+}
+
+/**
+ * Serves the files under `dir` over loopback HTTP (a package repository as a mirror serves it); package
+ * files (`.deb`, `.rpm`) are answered 404 while `refusePackages` is set, and every path asked is counted.
+ */
+export async function serveDirectory(t: After, dir: string) {
+  const asked: string[] = [];
+  const state = { refusePackages: false };
+  const server = http.createServer((req, res) => {
+    const path = decodeURIComponent((req.url ?? "/").split("?")[0] ?? "/");
+    asked.push(path);
+    const file = join(dir, normalize(path));
+    if (!file.startsWith(dir) || (state.refusePackages && /\.(deb|rpm)$/.test(path)))
+      return void res.writeHead(404).end();
+    try {
+      const size = statSync(file).size;
+      res.writeHead(200, { "content-length": size });
+      createReadStream(file).pipe(res);
+    } catch {
+      res.writeHead(404).end();
+    }
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  t.after(
+    () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  );
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    asked,
+    refusePackages: (on: boolean) => {
+      state.refusePackages = on;
+    },
+  };
 }
