@@ -376,13 +376,17 @@ export class SystemService {
     });
   }
 
+  /** Called from the package manager's output stream: it must not throw (the database may be closed by now). */
   private onProgress(id: number, report: Parameters<typeof nextProgress>[1]): void {
     const before = this.live.get(id) ?? { download: null, install: null };
     const progress = nextProgress(before, report);
     this.live.set(id, progress);
-    const row = this.store.get(id);
-    if (report.phase === "installing" && row?.state === "downloading")
+    if (report.phase !== "installing" || before.install !== null || this.closed) return;
+    try {
       this.store.transition(id, "installing", { progress });
+    } catch (err) {
+      this.o.log.error({ err, apply_id: id }, "the apply's state could not be recorded");
+    }
   }
 
   /** Times a check or an apply, the wait for the lock included, and counts it by how it ended. */

@@ -148,14 +148,19 @@ export function viaProxy(
 
 /**
  * Serves the files under `dir` over loopback HTTP (a package repository as a mirror serves it); package
- * files (`.deb`, `.rpm`) are answered 404 while `refusePackages` is set, and every path asked is counted.
+ * files (`.deb`, `.rpm`) are answered 404 while `refusePackages` is set, or held back by `holdPackages`; every
+ * path asked is recorded.
  */
 export async function serveDirectory(t: After, dir: string) {
   const asked: string[] = [];
-  const state = { refusePackages: false };
-  const server = http.createServer((req, res) => {
+  const state: { refusePackages: boolean; hold: Promise<unknown> | undefined } = {
+    refusePackages: false,
+    hold: undefined,
+  };
+  const server = http.createServer(async (req, res) => {
     const path = decodeURIComponent((req.url ?? "/").split("?")[0] ?? "/");
     asked.push(path);
+    if (state.hold && /\.(deb|rpm)$/.test(path)) await state.hold;
     const file = join(dir, normalize(path));
     if (!file.startsWith(dir) || (state.refusePackages && /\.(deb|rpm)$/.test(path)))
       return void res.writeHead(404).end();
@@ -180,6 +185,10 @@ export async function serveDirectory(t: After, dir: string) {
     asked,
     refusePackages: (on: boolean) => {
       state.refusePackages = on;
+    },
+    /** Package files are answered only once `until` settles. */
+    holdPackages: (until: Promise<unknown> | undefined) => {
+      state.hold = until;
     },
   };
 }
