@@ -40,7 +40,7 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
         operationId: "listEvents",
         summary: "List callback events and their delivery attempts",
         description:
-          "The events of the durable outbox (`route_backup`, `route_change`, `operator_update`), newest first, each with its body and every delivery attempt. Filter by `state` and `type`; at most `limit` events (default 50, at most 500).",
+          "The events of the durable outbox (`route_backup`, `route_change`, `operator_update`, `system_update`), newest first, each with its body and every delivery attempt. Filter by `state` and `type`; at most `limit` events (default 50, at most 500).",
         querystring: EventListQuerySchema,
         response: {
           200: jsonContent(Type.Ref("EventList"), "The events."),
