@@ -199,27 +199,26 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
   }
 
   /**
-   * dpkg left packages unpacked or half-configured, or its journal unprocessed (what apt refuses with "dpkg
-   * was interrupted"): `dpkg --configure -a` finishes them, with apt's dpkg options (its root, its log).
+   * dpkg left packages unpacked, half-configured or with triggers pending, or its journal unprocessed (what
+   * apt refuses with "dpkg was interrupted"): `dpkg --configure -a` finishes them, run with apt's own dpkg
+   * options (its root, its log) and the apply's configuration-file policy.
    */
   async recover(): Promise<Recovery | null> {
     const p = await this.aptPaths();
+    const unfinished = [...(await this.packageStates()).values()]
+      .filter((x) => UNFINISHED_STATES[x.state] !== undefined)
+      .map((x) => `${x.name}:${x.arch} ${UNFINISHED_STATES[x.state]}`);
+    const journal = readdirOrEmpty(join(dirname(p.status), "updates")).filter((f) => /^\d+$/.test(f));
+    if (unfinished.length === 0 && journal.length === 0) return null;
     const dump = (await this.run("apt-config dump", "apt-config", ["dump"])).stdout;
     const dpkg = [...aptListOption(dump, "DPkg::Options"), "--force-confdef", "--force-confold"];
-    const audit = await runCommand(p.dpkg, [...dpkg, "--audit"], {
-      env: this.env,
-      timeoutMs: this.o.commandTimeoutMs,
-    });
-    const journal = readdirOrEmpty(join(dirname(p.status), "updates")).filter((f) => /^\d+$/.test(f));
-    const unfinished = audit.stdout.trim() !== "" || audit.code !== 0 || journal.length > 0;
-    if (!unfinished) return null;
     const r = await this.run("dpkg --configure -a", p.dpkg, [...dpkg, "--configure", "-a"], true);
-    const found = lastLines(audit.stdout, 20);
+    const found = unfinished.slice(0, 10);
     return {
       command: "dpkg --configure -a",
       action: "ran",
-      detail: `dpkg had been interrupted${journal.length ? ` (${journal.length} journal entries)` : ""}; \`dpkg --configure -a\` finished the packages it had left`,
-      lines: [...found, ...lastLines(r.stdout, 20 - found.length)].slice(0, 20),
+      detail: `dpkg had been interrupted (${plural(unfinished.length, "package")} unfinished, ${plural(journal.length, "journal entry", "journal entries")}); \`dpkg --configure -a\` finished them`,
+      lines: [...found, ...lastLines(r.stdout, 20 - found.length)],
     };
   }
 
@@ -259,6 +258,15 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
   }
 
   async installed(): Promise<Map<string, InstalledPackage>> {
+    const out = new Map<string, InstalledPackage>();
+    // n(ot installed) and c(onfig-files) are not installed.
+    for (const [key, { name, arch, version, state }] of await this.packageStates())
+      if (!"nc".includes(state)) out.set(key, { name, arch, version });
+    return out;
+  }
+
+  /** Every package dpkg knows, with the state letter of its `db:Status-Abbrev` (`i`, `U`, `F`, ...). */
+  private async packageStates(): Promise<Map<string, InstalledPackage & { state: string }>> {
     const { status } = await this.aptPaths();
     const r = await this.run("dpkg-query", "dpkg-query", [
       `--admindir=${dirname(status)}`,
@@ -266,12 +274,11 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
       // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own field syntax, not a JS template
       "-f=${Package}\\t${Architecture}\\t${Version}\\t${db:Status-Abbrev}\\n",
     ]);
-    const out = new Map<string, InstalledPackage>();
+    const out = new Map<string, InstalledPackage & { state: string }>();
     for (const line of r.stdout.split("\n")) {
       const [name, arch, version, abbrev] = line.split("\t");
-      // The second letter is the package's state: n(ot installed) and c(onfig-files) are not installed.
-      if (!name || !arch || !version || !abbrev || "nc".includes(abbrev[1] ?? "n")) continue;
-      out.set(packageKey({ name, arch }), { name, arch, version });
+      if (!name || !arch || !version || !abbrev) continue;
+      out.set(packageKey({ name, arch }), { name, arch, version, state: abbrev[1] ?? "n" });
     }
     return out;
   }
@@ -368,6 +375,17 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     return r;
   }
 }
+
+/** dpkg's states (second letter of `db:Status-Abbrev`) of a package it left unfinished. */
+const UNFINISHED_STATES: Record<string, string> = {
+  H: "half-installed",
+  U: "unpacked",
+  F: "half-configured",
+  W: "triggers-awaited",
+  t: "triggers-pending",
+};
+
+const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
 interface AptPaths {
   status: string;

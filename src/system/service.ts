@@ -99,6 +99,9 @@ export interface BootStatus {
   } | null;
 }
 
+/** How long the start in a new boot waits to learn whether a reboot is still required. */
+const BACK_ONLINE_CHECK_MS = 30_000;
+
 const CANCELLED_REBOOT = "the agent stopped before the reboot was due; the reboot command did not run";
 
 /**
@@ -163,8 +166,17 @@ export class SystemService {
       .inStates(["reboot_scheduled", "rebooting"])
       .filter((r) => rebootOf(r)?.boot_id_before !== boot.boot_id);
     const planned = rebooted.at(-1);
-    const stillRequired =
-      planned === undefined ? null : await this.o.manager.rebootRequired().catch(() => null);
+    let stillRequired: boolean | null = null;
+    if (planned !== undefined) {
+      // Bounded: the agent's start waits for it.
+      const asked = this.o.manager.rebootRequired().then(
+        (v) => {
+          stillRequired = v;
+        },
+        () => undefined,
+      );
+      await settledWithin(asked, BACK_ONLINE_CHECK_MS);
+    }
     const now = new Date().toISOString();
     this.o.db.transaction(() => {
       this.boots.record(boot, last?.boot_id ?? null, planned?.id ?? null);
