@@ -38,16 +38,6 @@ export const applyStateMigrations: Migration[] = [
   },
 ];
 
-/** States after which the package work is over (a reboot may still follow `reboot_scheduled`). */
-export const FINISHED_STATES: ReadonlySet<ApplyState> = new Set([
-  "completed",
-  "failed",
-  "interrupted",
-  "reboot_scheduled",
-  "rebooting",
-  "back_online",
-]);
-
 export interface ApplyRow {
   id: number;
   request_id: string;
@@ -75,6 +65,19 @@ export type StoredResult = ApplyChanges & { reboot_required: boolean; reboot_sch
 export type Progress = ApplyStatus["progress"];
 
 const json = <T>(text: string | null): T | null => (text === null ? null : (JSON.parse(text) as T));
+
+/** An apply's package lists and reboot flags from its stored result; empty until it is over. */
+export function changesOf(stored: string | null) {
+  const result = json<StoredResult>(stored);
+  return {
+    upgraded: result?.upgraded ?? [],
+    installed: result?.installed ?? [],
+    removed: result?.removed ?? [],
+    held_back: result?.held_back ?? [],
+    reboot_required: result?.reboot_required ?? null,
+    reboot_scheduled: result?.reboot_scheduled ?? false,
+  };
+}
 
 export const applyPath = (id: number) => `/v1/system/applies/${id}`;
 
@@ -186,7 +189,6 @@ export class ApplyStore {
   }
 
   status(row: ApplyRow, liveProgress?: Progress): ApplyStatus {
-    const result = json<StoredResult>(row.result);
     const planned = json<PackageUpdate[]>(row.planned) ?? [];
     return {
       id: row.id,
@@ -204,12 +206,7 @@ export class ApplyStore {
           row.update_type === "security" && u.security_version ? u.security_version : u.new_version,
         held: u.held,
       })),
-      upgraded: result?.upgraded ?? [],
-      installed: result?.installed ?? [],
-      removed: result?.removed ?? [],
-      held_back: result?.held_back ?? [],
-      reboot_required: result?.reboot_required ?? null,
-      reboot_scheduled: result?.reboot_scheduled ?? false,
+      ...changesOf(row.result),
       reboot_at: row.reboot_at,
       reboot: json<RebootReport>(row.reboot),
       recovery: json<Recovery>(row.recovery),

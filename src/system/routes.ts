@@ -14,6 +14,16 @@ import {
 } from "./schemas.js";
 import type { SystemService } from "./service.js";
 
+/** What a request with a body that runs the package manager may answer. */
+const PACKAGE_RUN_PROBLEMS = problemResponses(
+  "validation_failed",
+  "malformed_body",
+  "payload_too_large",
+  "unsupported_media_type",
+  "package_manager_busy",
+  "package_manager_failed",
+);
+
 /** The longest `Prefer: wait=` an async apply honours before answering 202. */
 export const MAX_PREFER_WAIT_SECONDS = 60;
 
@@ -64,14 +74,7 @@ export function registerSystemRoutes(app: App, service: SystemService, deny: Den
               },
             },
           },
-          ...problemResponses(
-            "validation_failed",
-            "malformed_body",
-            "payload_too_large",
-            "unsupported_media_type",
-            "package_manager_busy",
-            "package_manager_failed",
-          ),
+          ...PACKAGE_RUN_PROBLEMS,
         },
       },
       onResponse: async (request) => {
@@ -140,14 +143,7 @@ export function registerSystemRoutes(app: App, service: SystemService, deny: Den
         body: Type.Ref("DownloadUpdatesRequest"),
         response: {
           200: jsonContent(Type.Ref("DownloadResult"), "What was downloaded, and how many bytes."),
-          ...problemResponses(
-            "validation_failed",
-            "malformed_body",
-            "payload_too_large",
-            "unsupported_media_type",
-            "package_manager_busy",
-            "package_manager_failed",
-          ),
+          ...PACKAGE_RUN_PROBLEMS,
         },
       },
     },

@@ -9,6 +9,7 @@ import {
   type ApplyRow,
   ApplyStore,
   applyStateMigrations,
+  changesOf,
   nextProgress,
   type Progress,
   type StoredResult,
@@ -533,7 +534,6 @@ export class SystemService {
 
   history(limit: number): ApplyRecord[] {
     return (this.listApplies.all(limit) as ApplyRow[]).map((r) => {
-      const result = r.result === null ? null : (JSON.parse(r.result) as StoredResult);
       return {
         id: r.id,
         state: r.state,
@@ -547,12 +547,7 @@ export class SystemService {
         duration_ms: r.duration_ms,
         outcome: r.outcome,
         error: r.error === null ? null : (JSON.parse(r.error) as ApplyRecord["error"]),
-        upgraded: result?.upgraded ?? [],
-        installed: result?.installed ?? [],
-        removed: result?.removed ?? [],
-        held_back: result?.held_back ?? [],
-        reboot_required: result?.reboot_required ?? null,
-        reboot_scheduled: result?.reboot_scheduled ?? false,
+        ...changesOf(r.result),
       };
     });
   }

@@ -6,6 +6,17 @@ import { join, normalize } from "node:path";
 
 type After = { after: (fn: () => unknown) => void };
 
+/** Closes `server` (and its open connections) when the test ends. */
+export function closeAfter(t: After, server: http.Server): void {
+  t.after(
+    () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  );
+}
+
 /** A loopback HTTP server answering every request with `name`; closed when the test ends. */
 export async function startUpstream(
   t: After,
@@ -19,13 +30,7 @@ export async function startUpstream(
     res.writeHead(200, { "content-type": "text/plain" }).end(name);
   });
   await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
-  t.after(
-    () =>
-      new Promise<void>((r) => {
-        server.closeAllConnections();
-        server.close(() => r());
-      }),
-  );
+  closeAfter(t, server);
   return { port: (server.address() as AddressInfo).port, hits: () => hits, server };
 }
 
@@ -173,13 +178,7 @@ export async function serveDirectory(t: After, dir: string) {
     }
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  t.after(
-    () =>
-      new Promise<void>((r) => {
-        server.closeAllConnections();
-        server.close(() => r());
-      }),
-  );
+  closeAfter(t, server);
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     asked,

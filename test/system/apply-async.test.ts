@@ -3,7 +3,6 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { before, type TestContext, test } from "node:test";
-import { freePort, httpRequest } from "../../support/loopback.js";
 import { buildTestApp, TEST_SECRET, TEST_TOKEN } from "../helpers/app.js";
 import {
   type AptRepo,
@@ -15,7 +14,7 @@ import {
 import { hostPackageState } from "../helpers/host-state.js";
 import { serveDirectory, startReceiver, verifyStandardWebhook } from "../helpers/http.js";
 import { exec, rebootMarker } from "../helpers/processes.js";
-import { alive, spawnAgent } from "../helpers/serve.js";
+import { alive, request, startAgent } from "../helpers/serve.js";
 import { waitFor } from "../helpers/wait.js";
 
 // Taken first: the host's package state, compared by the last test.
@@ -346,22 +345,9 @@ test("an apply cut short by a stop of the agent is interrupted; the next apply r
   await h.app.close();
   rmSync(join(h.sandbox.root, "release-labslow"));
   const env = { ...h.agentEnv, HOSTKEEPER_DATA_DIR: h.dataDir, HOSTKEEPER_TOKEN: TEST_TOKEN };
-  const port = await freePort();
-  const agent = spawnAgent(env, port);
-  const stopped = () => agent.child.exitCode !== null || agent.child.signalCode !== null;
-  t.after(async () => {
-    if (!stopped()) {
-      agent.child.kill("SIGKILL");
-      await agent.exited;
-    }
-  });
+  const agent = await startAgent(t, env);
   const api = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
-    httpRequest(port, method, path, { body, headers: { authorization: `Bearer ${TEST_TOKEN}`, ...headers } });
-  await waitFor(
-    "the agent to answer",
-    async () => ((await api("GET", "/healthz")).status === 200 ? true : undefined),
-    20_000,
-  );
+    request(agent.port, method, path, TEST_TOKEN, body, headers);
   const r = await api(
     "POST",
     "/v1/system/apply-updates",

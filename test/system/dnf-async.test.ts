@@ -3,12 +3,11 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "n
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { before, type TestContext, test } from "node:test";
-import { freePort, httpRequest } from "../../support/loopback.js";
 import { buildTestApp, TEST_TOKEN } from "../helpers/app.js";
 import { buildRpmRepo, createDnfRoot, type RpmSpec } from "../helpers/dnf-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 import { serveDirectory, startReceiver } from "../helpers/http.js";
-import { alive, spawnAgent } from "../helpers/serve.js";
+import { alive, request, startAgent } from "../helpers/serve.js";
 import { waitFor } from "../helpers/wait.js";
 
 // Taken first: the host's package state, compared by the last test.
@@ -142,25 +141,13 @@ test("dnf: after an apply cut short by a stop of the agent, the next apply repor
   const { root, mirror, env, dataDir, start } = await setup(t);
   let release = () => {};
   mirror.holdPackages(new Promise<void>((r) => (release = r)));
-  const port = await freePort();
-  const agent = spawnAgent({ ...env, HOSTKEEPER_DATA_DIR: dataDir, HOSTKEEPER_TOKEN: TEST_TOKEN }, port);
-  t.after(async () => {
-    release();
-    if (agent.child.exitCode === null && agent.child.signalCode === null) {
-      agent.child.kill("SIGKILL");
-      await agent.exited;
-    }
-  });
-  const api = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
-    httpRequest(port, method, path, { body, headers: { authorization: `Bearer ${TEST_TOKEN}`, ...headers } });
-  await waitFor(
-    "the agent to answer",
-    async () => ((await api("GET", "/healthz")).status === 200 ? true : undefined),
-    20_000,
-  );
-  const r = await api(
+  t.after(() => release());
+  const agent = await startAgent(t, { ...env, HOSTKEEPER_DATA_DIR: dataDir, HOSTKEEPER_TOKEN: TEST_TOKEN });
+  const r = await request(
+    agent.port,
     "POST",
     "/v1/system/apply-updates",
+    TEST_TOKEN,
     { update_type: "security" },
     { prefer: "respond-async" },
   );
