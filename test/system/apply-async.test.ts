@@ -331,6 +331,44 @@ test("Prefer: wait=N holds the 202 until the apply ends; an unknown apply is 404
   assert.equal(history[0].state, "completed");
 });
 
+test("one apply at a time: an async apply queued behind another fails busy after the lock time-out", async (t) => {
+  const h = await setup(t, { HOSTKEEPER_PACKAGE_LOCK_TIMEOUT_MS: "1000" });
+  const release = join(h.sandbox.root, "release-labslow");
+  rmSync(release);
+  // Lets a postinst still waiting go on if the test fails (the sandbox may already be gone by then).
+  t.after(() => existsSync(h.sandbox.root) && writeFileSync(release, ""));
+  const start = (type: string) =>
+    h.call({
+      method: "POST",
+      url: "/v1/system/apply-updates",
+      payload: { update_type: type },
+      headers: { prefer: "respond-async" },
+    });
+  const first = (await start("full")).json();
+  await waitFor("the first apply to install", async () =>
+    (await statusOf(h.call, first.id)).state === "installing" ? true : undefined,
+  );
+  const second = await start("security");
+  assert.equal(second.statusCode, 202, second.body);
+  assert.equal(second.json().state, "queued");
+  const failed = await waitFor("the second apply to fail", async () => {
+    const s = await statusOf(h.call, second.json().id);
+    return s.state === "failed" ? s : undefined;
+  });
+  assert.equal(failed.error.code, "package_manager_busy");
+  assert.match(failed.error.detail, /another check or apply/);
+  assert.deepEqual(
+    failed.history.map((e: { state: string }) => e.state),
+    ["queued", "failed"],
+  );
+  writeFileSync(release, "");
+  const done = await waitFor("the first apply to end", async () => {
+    const s = await statusOf(h.call, first.id);
+    return ["completed", "failed"].includes(s.state) ? s : undefined;
+  });
+  assert.equal(done.state, "completed", JSON.stringify(done.error));
+});
+
 /** dpkg's status of a package in the sandbox: `install ok installed` when it is fully set up. */
 const dpkgStatus = (root: string, name: string) =>
   // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own field syntax
