@@ -115,8 +115,6 @@ export class SystemService {
   private readonly boots: BootLog;
   /** Progress of the applies under way (persisted at each state change). */
   private readonly live = new Map<number, Progress>();
-  /** Async applies under way. */
-  private readonly jobs = new Set<Promise<unknown>>();
   /** The apply whose reboot is scheduled, until the reboot command starts. */
   private rebootApply: number | undefined;
   private readonly listApplies;
@@ -325,8 +323,6 @@ export class SystemService {
           // Recorded in the apply's state and logged.
         },
       );
-    this.jobs.add(job);
-    void job.finally(() => this.jobs.delete(job));
     return { status: this.status(id), done: job };
   }
 
