@@ -35,6 +35,8 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
   app.get<{ Querystring: EventListQuery }>(
     "/v1/events",
     {
+      // The outbox holds both areas' callbacks (routes' and operator updates'), bodies included.
+      config: { scopes: ["proxy:read", "operator:read"] },
       schema: {
         tags: ["events"],
         operationId: "listEvents",
@@ -58,6 +60,7 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
   app.post<{ Params: { event_id: string } }>(
     "/v1/events/:event_id/redeliver",
     {
+      config: { scopes: ["proxy:write", "operator:write"] },
       schema: {
         tags: ["events"],
         operationId: "redeliverEvent",
