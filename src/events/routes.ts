@@ -35,8 +35,8 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
   app.get<{ Querystring: EventListQuery }>(
     "/v1/events",
     {
-      // The outbox holds both areas' callbacks (routes' and operator updates'), bodies included.
-      config: { scopes: ["proxy:read", "operator:read"] },
+      // The outbox holds the three areas' callbacks (routes', operator updates', applies'), bodies included.
+      config: { scopes: ["proxy:read", "operator:read", "system:read"] },
       schema: {
         tags: ["events"],
         operationId: "listEvents",
@@ -60,7 +60,7 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
   app.post<{ Params: { event_id: string } }>(
     "/v1/events/:event_id/redeliver",
     {
-      config: { scopes: ["proxy:write", "operator:write"] },
+      config: { scopes: ["proxy:write", "operator:write", "system:write"] },
       schema: {
         tags: ["events"],
         operationId: "redeliverEvent",
