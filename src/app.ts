@@ -192,6 +192,8 @@ export async function buildApp({ config, logger, embeddedCaddy, now = Date.now }
     lockTimeoutMs: system.lockTimeoutMs,
     rebootCommand: system.rebootCommand,
     rebootDelayMs: system.rebootDelayMs,
+    boot: { bootIdFile: system.bootIdFile, kernelReleaseFile: system.kernelReleaseFile },
+    outbox,
     env: process.env,
     log: logger.child({ component: "system" }),
   });
@@ -236,7 +238,7 @@ export async function buildApp({ config, logger, embeddedCaddy, now = Date.now }
   // Any valid token may read the document: it says what exists, not what the token may do with it.
   app.get("/v1/openapi.json", { schema: { hide: true }, config: { scopes: [] } }, async () => app.swagger());
   registerProxyRoutes(app, routes);
-  registerSystemRoutes(app, systemService);
+  registerSystemRoutes(app, systemService, deny);
   registerOperatorRoutes(app, operator);
   registerEventRoutes(app, outbox);
   registerMetricsRoutes(app, metrics);
@@ -250,6 +252,7 @@ export async function buildApp({ config, logger, embeddedCaddy, now = Date.now }
   let pruneTimer: NodeJS.Timeout | undefined;
 
   app.addHook("onReady", async () => {
+    await systemService.start();
     tokens.start();
     pruneAudit();
     pruneTimer = setInterval(pruneAudit, 3_600_000);
