@@ -13,6 +13,8 @@ export interface CommandResult {
 export interface RunOptions {
   env: NodeJS.ProcessEnv;
   timeoutMs: number;
+  /** Working folder; the agent's own when unset. */
+  cwd?: string;
 }
 
 /** Output kept per stream; a simulation of a whole distribution upgrade is a few hundred kilobytes. */
@@ -37,7 +39,12 @@ function collect(stream: NodeJS.ReadableStream | null): () => string {
  */
 export function runCommand(file: string, args: readonly string[], o: RunOptions): Promise<CommandResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { env: o.env, stdio: ["ignore", "pipe", "pipe"], detached: true });
+    const child = spawn(file, args, {
+      env: o.env,
+      cwd: o.cwd,
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    });
     const stdout = collect(child.stdout);
     const stderr = collect(child.stderr);
     let timedOut = false;

@@ -6,7 +6,15 @@ import type { Db, Migration } from "../store/db.js";
 import { settledWithin } from "../util/timers.js";
 import { ApplyFailedError, isSystemError, PackageManagerBusyError } from "./errors.js";
 import { Mutex } from "./mutex.js";
-import type { ApplyChanges, PackageManager, PackageManagerName, UpdateType } from "./package-manager.js";
+import {
+  type ApplyChanges,
+  highestSeverity,
+  type PackageManager,
+  type PackageManagerName,
+  SEVERITIES,
+  type Severity,
+  type UpdateType,
+} from "./package-manager.js";
 import type { ApplyRecord, ApplyResult, Requester, SystemStatus } from "./schemas.js";
 
 export const systemMigrations: Migration[] = [
@@ -66,7 +74,11 @@ interface ApplyRow {
   result: string | null;
 }
 
-type StoredResult = ApplyChanges & { reboot_required: boolean; reboot_scheduled: boolean };
+type StoredResult = ApplyChanges & {
+  reboot_required: boolean;
+  reboot_scheduled: boolean;
+  services_restart_required?: string[] | null;
+};
 
 export interface SystemServiceOptions {
   db: Db;
@@ -126,6 +138,8 @@ export class SystemService {
       const rebootRequired = await this.o.manager.rebootRequired();
       const security = updates.filter((u) => u.security).length;
       const checkedAt = new Date().toISOString();
+      const severityCounts = Object.fromEntries(SEVERITIES.map((s) => [s, 0])) as Record<Severity, number>;
+      for (const u of updates) severityCounts[highestSeverity(u.advisories)]++;
       this.recordCheck.run(
         checkedAt,
         this.o.manager.name,
@@ -141,6 +155,7 @@ export class SystemService {
         reboot_required: rebootRequired,
         package_manager: this.o.manager.name,
         checked_at: checkedAt,
+        severity_counts: severityCounts,
         updates,
       };
     });
@@ -254,9 +269,11 @@ export class SystemService {
       const result = await this.exclusive(async () => {
         const changes = await this.o.manager.apply(type);
         const rebootRequired = await this.o.manager.rebootRequired();
+        const services = await this.o.manager.servicesToRestart();
         return {
           ...changes,
           reboot_required: rebootRequired,
+          services_restart_required: services ?? null,
           reboot_scheduled: autoReboot && rebootRequired && !this.closed,
         };
       });
@@ -305,6 +322,7 @@ export class SystemService {
         removed: result?.removed ?? [],
         held_back: result?.held_back ?? [],
         reboot_required: result?.reboot_required ?? null,
+        services_restart_required: result?.services_restart_required ?? null,
         reboot_scheduled: result?.reboot_scheduled ?? false,
       };
     });

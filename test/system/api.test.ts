@@ -163,6 +163,8 @@ test("apt hosts: needrestart's kernel status counts as a required reboot", async
       hold: [],
       rebootRequiredFile: join(dir, "reboot-required"),
       needrestart,
+      servicesCommand: undefined,
+      changelogTimeoutMs: 0,
       lockTimeoutMs: 1000,
       commandTimeoutMs: 5000,
     });
