@@ -3,7 +3,11 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { before, type TestContext, test } from "node:test";
-import { compareDebianVersions } from "../../src/system/apt-changelog.js";
+import {
+  changelogAdvisories,
+  compareDebianVersions,
+  parseChangelog,
+} from "../../src/system/apt-changelog.js";
 import { buildTestApp } from "../helpers/app.js";
 import {
   type AptRepo,
@@ -258,6 +262,54 @@ test("Debian versions compare as dpkg compares them", async () => {
     );
     assert.equal(ours, lt, `${a} vs ${b}`);
   }
+});
+
+test("changelog entries: USN ids, security suites, urgency with comments, epochs, and only the entries in range", () => {
+  const text =
+    changelogEntry(
+      "openssl",
+      "1:3.0.13-0ubuntu3.2",
+      "noble-security",
+      "medium",
+      ["SECURITY UPDATE: fix (USN-6937-1)", "debian/patches/CVE-2024-5535.patch: fix."],
+      D3,
+    ) +
+    changelogEntry(
+      "openssl",
+      "1:3.0.13-0ubuntu3.1",
+      "noble-security",
+      "medium (high for CVE-2024-4741)",
+      ["No CVE here."],
+      D2,
+    ) +
+    changelogEntry("openssl", "1:3.0.13-0ubuntu3", "noble", "emergency", ["Rebuild."], D1) +
+    "Old-style entries after a blank line are skipped\n";
+  const entries = parseChangelog(text);
+  assert.deepEqual(
+    entries.map((e) => [e.version, e.distribution, e.urgency]),
+    [
+      ["1:3.0.13-0ubuntu3.2", "noble-security", "medium"],
+      ["1:3.0.13-0ubuntu3.1", "noble-security", "medium"],
+      ["1:3.0.13-0ubuntu3", "noble", "emergency"],
+    ],
+  );
+  assert.deepEqual(changelogAdvisories("openssl", entries, "1:3.0.13-0ubuntu3", "1:3.0.13-0ubuntu3.2"), [
+    {
+      id: "USN-6937-1",
+      type: "security",
+      severity: "moderate",
+      cves: ["CVE-2024-5535"],
+      issued: "2024-03-01T08:00:00.000Z",
+    },
+    {
+      id: "openssl/1:3.0.13-0ubuntu3.1",
+      type: "security",
+      severity: "moderate",
+      cves: [],
+      issued: "2024-02-06T11:30:00.000Z",
+    },
+  ]);
+  assert.deepEqual(changelogAdvisories("openssl", entries, "1:3.0.13-0ubuntu3.2", "1:3.0.13-0ubuntu3.2"), []);
 });
 
 test("apt: the host's own package state is untouched", () => {
