@@ -103,7 +103,7 @@ test("dnf: each update lists its updateinfo advisories, and the check counts pac
     },
   ]);
   assert.deepEqual(
-    (u.labbug?.advisories as { id: string; type: string }[]).map((a) => [a.id, a.type]),
+    ((u.labbug?.advisories ?? []) as { id: string; type: string }[]).map((a) => [a.id, a.type]),
     [["HK-BA-2024:0104", "bugfix"]],
   );
   assert.deepEqual(u.labnone?.advisories, []);
