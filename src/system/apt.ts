@@ -1,12 +1,4 @@
-import {
-  chownSync,
-  existsSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
@@ -138,7 +130,7 @@ export function aptErrorLines(r: CommandResult): string[] {
 export class AptPackageManager implements PackageManager, UpgradeSteps {
   readonly name = "apt" as const;
   private readonly env: NodeJS.ProcessEnv;
-  private paths: Promise<{ status: string; preferences: string }> | undefined;
+  private paths: Promise<{ status: string; preferences: string; archives: string }> | undefined;
   /** Parsed changelogs by `name arch version`; undefined: the package has no changelog of its own. */
   private readonly changelogs = new Map<string, { source: string; entries: ChangelogEntry[] } | undefined>();
 
@@ -204,10 +196,12 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
   }
 
   /**
-   * Fills each update's advisories from the changelog of its new version: the .debs not read before are
-   * downloaded by apt itself (so from the configured repositories only) into a temporary folder, read a few
-   * at a time, and forgotten; the parsed changelogs are kept. Bounded by `changelogTimeoutMs`: what is not
-   * read by then stays without advisories, and a failure to download leaves them empty, never fails the check.
+   * Fills each update's advisories from the changelog of its new version. A .deb apt has already downloaded
+   * (into its archives cache) is read where it is; the others are downloaded by apt itself (so from the
+   * configured repositories only) into a temporary folder, in one `apt-get download`, or one by one when that
+   * fails (one unavailable version fails the whole batch). They are read a few at a time and deleted; the
+   * parsed changelogs are kept. Bounded by `changelogTimeoutMs`: what is not read by then has no advisories.
+   * A failure leaves advisories empty and is logged; it never fails the check.
    */
   private async addAdvisories(updates: PackageUpdate[]): Promise<void> {
     if (this.o.changelogTimeoutMs === 0 || updates.length === 0) return;
@@ -217,24 +211,14 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
       const deadline = Date.now() + this.o.changelogTimeoutMs;
       const dir = mkdtempSync(join(tmpdir(), "hostkeeper-changelogs-"));
       try {
-        this.letAptWrite(dir);
-        const specs = missing.map((u) => `${u.name}:${u.arch}=${u.new_version}`);
-        const r = await runCommand("apt-get", ["-q", "download", ...specs], {
-          env: this.env,
-          timeoutMs: this.o.changelogTimeoutMs,
-          cwd: dir,
-        });
-        if (r.code !== 0) throw commandFailed("apt-get download", r, aptErrorLines(r));
-        const files = readdirSync(dir);
-        const queue = [...missing];
+        const debs = await this.debsOf(missing, dir, deadline);
+        const queue = [...debs];
         const worker = async () => {
-          for (let u = queue.shift(); u !== undefined; u = queue.shift()) {
+          for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
             const left = deadline - Date.now();
             if (left <= 0) return;
-            const file = files.find((f) => f.startsWith(`${u.name}_`) && f.endsWith(`_${u.arch}.deb`));
-            if (file === undefined) continue;
-            const changelog = await readDebChangelog(join(dir, file), u.name, left);
-            this.remember(cacheKey(u), changelog);
+            const [u, file] = next;
+            this.remember(cacheKey(u), await readDebChangelog(file, u.name, left));
           }
         };
         await Promise.all(Array.from({ length: CHANGELOG_CONCURRENCY }, worker));
@@ -251,6 +235,39 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
       const c = this.changelogs.get(cacheKey(u));
       if (c) u.advisories = changelogAdvisories(c.source, c.entries, u.current_version, u.new_version);
     }
+  }
+
+  /** The .deb of each update's new version: from apt's archives cache, else downloaded into `dir`. */
+  private async debsOf(
+    updates: readonly PackageUpdate[],
+    dir: string,
+    deadline: number,
+  ): Promise<Map<PackageUpdate, string>> {
+    const { archives } = await this.aptPaths();
+    // apt's own file name: the epoch's colon is quoted.
+    const fileName = (u: PackageUpdate) => `${u.name}_${u.new_version.replaceAll(":", "%3a")}_${u.arch}.deb`;
+    const out = new Map<PackageUpdate, string>();
+    for (const u of updates)
+      if (existsSync(join(archives, fileName(u)))) out.set(u, join(archives, fileName(u)));
+    const fetch = updates.filter((u) => !out.has(u));
+    if (fetch.length === 0) return out;
+    this.letAptWrite(dir);
+    const download = async (list: readonly PackageUpdate[]) => {
+      const left = deadline - Date.now();
+      if (left <= 0) return false;
+      const specs = list.map((u) => `${u.name}:${u.arch}=${u.new_version}`);
+      const r = await runCommand("apt-get", ["-q", "download", ...specs], {
+        env: this.env,
+        timeoutMs: left,
+        cwd: dir,
+      });
+      if (r.code === 0) return true;
+      this.o.log?.warn({ packages: specs, errors: aptErrorLines(r) }, "apt-get download failed");
+      return false;
+    };
+    if (!(await download(fetch))) for (const u of fetch) await download([u]);
+    for (const u of fetch) if (existsSync(join(dir, fileName(u)))) out.set(u, join(dir, fileName(u)));
+    return out;
   }
 
   private remember(key: string, value: { source: string; entries: ChangelogEntry[] } | undefined): void {
@@ -380,20 +397,23 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     }
   }
 
-  /** Where apt's configuration (APT_CONFIG included) puts the dpkg status file and the preferences file. */
-  private aptPaths(): Promise<{ status: string; preferences: string }> {
+  /** Where apt's configuration (APT_CONFIG included) puts the dpkg status file, the preferences file and the downloaded packages. */
+  private aptPaths(): Promise<{ status: string; preferences: string; archives: string }> {
     this.paths ??= this.run("apt-config shell", "apt-config", [
       "shell",
       "STATUS",
       "Dir::State::status/f",
       "PREFS",
       "Dir::Etc::preferences/f",
+      "ARCHIVES",
+      "Dir::Cache::archives/d",
     ]).then(
       (r) => {
         const value = (name: string) => new RegExp(`^${name}='([^']*)'$`, "m").exec(r.stdout)?.[1];
         return {
           status: value("STATUS") ?? "/var/lib/dpkg/status",
           preferences: value("PREFS") ?? "/etc/apt/preferences",
+          archives: value("ARCHIVES") ?? "/var/cache/apt/archives/",
         };
       },
       (err: unknown) => {

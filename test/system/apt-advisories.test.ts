@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, cpSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { before, type TestContext, test } from "node:test";
@@ -84,8 +84,9 @@ async function setup(
   t: TestContext,
   env: Record<string, string> = {},
   machineId = "0123456789abcdef0123456789abcdef",
+  sourcesList?: string,
 ) {
-  const sandbox = await createAptSandbox(t, repo, { install: INITIAL, machineId });
+  const sandbox = await createAptSandbox(t, repo, { install: INITIAL, machineId, sourcesList });
   await sandbox.aptMark(["hold", "labmark"]);
   const app = await buildTestApp(t, {
     HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
@@ -140,6 +141,34 @@ test("apt: advisories come from the changelog entries between the installed and 
   // Changelogs are read once per package version; the second check gives the same.
   const again = (await call({ method: "POST", url: "/v1/system/check-updates" })).json();
   assert.deepEqual(byName(again.updates).labsec?.advisories, u.labsec?.advisories);
+});
+
+test("apt: a .deb apt already downloaded is read from its cache; one that cannot be downloaded leaves the others' advisories", async (t) => {
+  const copy = mkdtempSync(join(tmpdir(), "hk-aptrepo-copy-"));
+  t.after(() => rmSync(copy, { recursive: true, force: true }));
+  cpSync(repo.dir, copy, { recursive: true });
+  // copy: (not file:) so apt keeps what it downloads in its archives cache, as from a remote mirror.
+  const sources = repo.sourcesList.replaceAll(`file:${repo.dir}`, `copy:${copy}`);
+  const { call, sandbox } = await setup(t, {}, undefined, sources);
+  // labsec 1.1 goes into apt's archives cache (as a download-only run leaves it), then out of the repository.
+  await sandbox.aptGet(["-y", "-q", "--download-only", "install", "labsec"]);
+  rmSync(join(copy, "debian-security/pool/bookworm-security/labsec_1.1_all.deb"));
+  // labnolog 1.1 cannot be downloaded any more: one `apt-get download` of all of them fails.
+  rmSync(join(copy, "debian/pool/bookworm-updates/labnolog_1.1_all.deb"));
+  const r = await call({ method: "POST", url: "/v1/system/check-updates" });
+  assert.equal(r.statusCode, 200, r.body);
+  const u = byName(r.json().updates);
+  assert.deepEqual(
+    (u.labsec?.advisories as { id: string }[]).map((a) => a.id),
+    ["DSA-5601-1"],
+    "read from apt's cache",
+  );
+  assert.deepEqual(
+    (u.labreg?.advisories as { id: string }[]).map((a) => a.id),
+    ["labreg/1.2", "labreg/1.1"],
+    "downloaded on its own after the batch failed",
+  );
+  assert.deepEqual(u.labnolog?.advisories, []);
 });
 
 test("apt: held (apt-mark), phased and kept-back updates are reported with their reason", async (t) => {
