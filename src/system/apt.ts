@@ -198,8 +198,8 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
   /**
    * Fills each update's advisories from the changelog of its new version. A .deb apt has already downloaded
    * (into its archives cache) is read where it is; the others are downloaded by apt itself (so from the
-   * configured repositories only) into a temporary folder, in one `apt-get download`, or one by one when that
-   * fails (one unavailable version fails the whole batch). They are read a few at a time and deleted; the
+   * configured repositories only) into a temporary folder, in one `apt-get download`, and those still missing
+   * after a failure once more one by one. They are read a few at a time and deleted; the
    * parsed changelogs are kept. Bounded by `changelogTimeoutMs`: what is not read by then has no advisories.
    * A failure leaves advisories empty and is logged; it never fails the check.
    */
@@ -265,8 +265,11 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
       this.o.log?.warn({ packages: specs, errors: aptErrorLines(r) }, "apt-get download failed");
       return false;
     };
-    if (!(await download(fetch))) for (const u of fetch) await download([u]);
-    for (const u of fetch) if (existsSync(join(dir, fileName(u)))) out.set(u, join(dir, fileName(u)));
+    const got = (u: PackageUpdate) => existsSync(join(dir, fileName(u)));
+    // apt fetches what it can when one download fails, but refuses the whole batch when one version is
+    // unknown: the packages still missing get one more try each, on their own.
+    if (!(await download(fetch))) for (const u of fetch.filter((p) => !got(p))) await download([u]);
+    for (const u of fetch) if (got(u)) out.set(u, join(dir, fileName(u)));
     return out;
   }
 

@@ -153,7 +153,7 @@ test("apt: a .deb apt already downloaded is read from its cache; one that cannot
   // labsec 1.1 goes into apt's archives cache (as a download-only run leaves it), then out of the repository.
   await sandbox.aptGet(["-y", "-q", "--download-only", "install", "labsec"]);
   rmSync(join(copy, "debian-security/pool/bookworm-security/labsec_1.1_all.deb"));
-  // labnolog 1.1 cannot be downloaded any more: one `apt-get download` of all of them fails.
+  // labnolog 1.1 cannot be downloaded any more: its download fails, the others are still read.
   rmSync(join(copy, "debian/pool/bookworm-updates/labnolog_1.1_all.deb"));
   const r = await call({ method: "POST", url: "/v1/system/check-updates" });
   assert.equal(r.statusCode, 200, r.body);
