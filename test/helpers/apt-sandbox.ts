@@ -22,6 +22,8 @@ export interface DebSpec {
   changelog?: string;
   /** `Phased-Update-Percentage` of this version in the Packages index (as Ubuntu's archive adds it). */
   phased?: number;
+  /** More files, by path in the package. */
+  files?: Record<string, Buffer | string>;
 }
 
 /** One entry of a Debian changelog (deb-changelog(5)). */
@@ -88,6 +90,10 @@ export async function buildAptRepo(t: After, debs: readonly DebSpec[], arch: str
           "",
         ].join("\n"),
       );
+      for (const [path, content] of Object.entries(d.files ?? {})) {
+        mkdir(join(src, path, ".."));
+        writeFileSync(join(src, path), content);
+      }
       if (d.changelog)
         writeFileSync(join(src, "usr/share/doc", d.name, "changelog.Debian.gz"), gzipSync(d.changelog));
       if (d.postinst) {
