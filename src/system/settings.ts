@@ -127,7 +127,7 @@ export const systemSettings = {
     key: "dnfInstallroot",
     env: "HOSTKEEPER_DNF_INSTALLROOT",
     area: "system",
-    doc: "dnf `--installroot`; set, dnf reads only `<root>/etc/dnf/dnf.conf` and `<root>/etc/yum.repos.d` and loads no host plugin but needs-restarting. Unset, dnf manages this host.",
+    doc: "dnf `--installroot`; set, dnf reads only `<root>/etc/dnf/dnf.conf` and `<root>/etc/yum.repos.d` and loads no host plugin but needs-restarting and versionlock. Unset, dnf manages this host.",
     defaultText: "none",
     default: undefined as string | undefined,
     parse: optionalAbsolutePath,
