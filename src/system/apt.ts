@@ -218,7 +218,15 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
             const left = deadline - Date.now();
             if (left <= 0) return;
             const [u, file] = next;
-            this.remember(cacheKey(u), await readDebChangelog(file, u.name, left));
+            try {
+              this.remember(cacheKey(u), await readDebChangelog(file, u.name, left));
+            } catch (err) {
+              // Not remembered: the next check tries again.
+              this.o.log?.warn(
+                { err, package: u.name },
+                "a changelog could not be read; its advisories are left out",
+              );
+            }
           }
         };
         await Promise.all(Array.from({ length: CHANGELOG_CONCURRENCY }, worker));

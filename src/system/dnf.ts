@@ -37,13 +37,20 @@ function parseQuery(stdout: string): InstalledPackage[] {
   return out;
 }
 
-/** `dnf updateinfo list` lines: `ADVISORY-ID  Severity/Sec.  name-[epoch:]version-release.arch`. */
-export function advisoryPackages(stdout: string): { id: string; nevra: string }[] {
+/**
+ * `dnf updateinfo list` lines: `ADVISORY-ID  Severity/Sec.  name-[epoch:]version-release.arch`; the label
+ * of a security advisory ends in `/Sec.` (`Unknown/Sec.` without a known severity), others are their type.
+ */
+export function advisoryPackages(stdout: string): { id: string; security: boolean; nevra: string }[] {
   return stdout
     .split("\n")
     .map((l) => l.trim().split(/\s+/))
     .filter((cols) => cols.length >= 3)
-    .map((cols) => ({ id: cols[0] as string, nevra: cols[cols.length - 1] as string }));
+    .map((cols) => ({
+      id: cols[0] as string,
+      security: (cols[1] as string).endsWith("Sec."),
+      nevra: cols[cols.length - 1] as string,
+    }));
 }
 
 /** `name-[epoch:]version-release.arch` as the package key of its name and arch. */
@@ -194,7 +201,7 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
       if (!list.some((b) => b.id === id)) list.push(a);
       byPackage.set(key, list);
     }
-    const securityNevras = listed.filter((l) => details.get(l.id)?.type === "security").map((l) => l.nevra);
+    const securityNevras = listed.filter((l) => l.security).map((l) => l.nevra);
     // The highest version named by a security advisory, per package: what upgrade-minimal --security installs.
     const security = new Map<string, string>();
     if (securityNevras.length > 0) {

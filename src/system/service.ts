@@ -269,7 +269,11 @@ export class SystemService {
       const result = await this.exclusive(async () => {
         const changes = await this.o.manager.apply(type);
         const rebootRequired = await this.o.manager.rebootRequired();
-        const services = await this.o.manager.servicesToRestart();
+        // The packages are installed by now: a failure to list services must not turn the apply into a failure.
+        const services = await this.o.manager.servicesToRestart().catch((err: unknown) => {
+          this.o.log.warn({ err }, "the services to restart could not be listed");
+          return undefined;
+        });
         return {
           ...changes,
           reboot_required: rebootRequired,

@@ -143,8 +143,8 @@ test("lock holders as apt and dnf report them", () => {
       "RHSA-2024:1 Important/Sec. openssl-1:3.0.7-25.el9_3.x86_64\nFEDORA-2024-2 bugfix curl-8.2.1-3.fc39.x86_64\n",
     ),
     [
-      { id: "RHSA-2024:1", nevra: "openssl-1:3.0.7-25.el9_3.x86_64" },
-      { id: "FEDORA-2024-2", nevra: "curl-8.2.1-3.fc39.x86_64" },
+      { id: "RHSA-2024:1", security: true, nevra: "openssl-1:3.0.7-25.el9_3.x86_64" },
+      { id: "FEDORA-2024-2", security: false, nevra: "curl-8.2.1-3.fc39.x86_64" },
     ],
   );
   assert.equal(nevraKey("openssl-1:3.0.7-25.el9_3.x86_64"), "openssl\u0000x86_64");
