@@ -171,6 +171,18 @@ test("apt: a .deb apt already downloaded is read from its cache; one that cannot
   assert.deepEqual(u.labnolog?.advisories, []);
 });
 
+test("apt: changelogs not read within their time-out leave advisories empty, and the check still answers", async (t) => {
+  const { call } = await setup(t, { HOSTKEEPER_APT_CHANGELOG_TIMEOUT_MS: "1" });
+  const r = await call({ method: "POST", url: "/v1/system/check-updates" });
+  assert.equal(r.statusCode, 200, r.body);
+  const body = r.json();
+  assert.deepEqual(
+    (body.updates as Update[]).filter((u) => u.advisories.length > 0).map((u) => u.name),
+    [],
+  );
+  assert.deepEqual(body.severity_counts, { critical: 0, important: 0, moderate: 0, low: 0, unknown: 6 });
+});
+
 test("apt: held (apt-mark), phased and kept-back updates are reported with their reason", async (t) => {
   const { call } = await setup(t);
   const body = (await call({ method: "POST", url: "/v1/system/check-updates" })).json();
