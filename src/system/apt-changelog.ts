@@ -218,6 +218,8 @@ export function readDebChangelog(
           if (collecting) {
             const data = Buffer.concat(collecting.parts).subarray(0, collecting.size);
             if (collecting.name === "\0longname") longName = data.toString("utf8").replace(/\0.*$/s, "");
+            else if (collecting.name === "\0pax")
+              longName = /(?:^|\n)\d+ path=([^\n]*)\n/.exec(data.toString("utf8"))?.[1];
             else found.set(collecting.name, data);
             collecting = undefined;
             // An upstream changelog.gz may sit beside the Debian one: only the Debian one ends the search.
@@ -240,7 +242,9 @@ export function readDebChangelog(
         longName = undefined;
         name = name.replace(/^\.\//, "").replace(/^\//, "");
         skip = Math.ceil(size / 512) * 512;
+        // GNU long names (`L`, what dpkg-deb writes) and pax headers (`x`, other .deb builders) name the next member.
         if (type === "L") collecting = { name: "\0longname", size, parts: [], got: 0 };
+        else if (type === "x") collecting = { name: "\0pax", size, parts: [], got: 0 };
         else if ((type === "0" || type === "") && wanted.has(name) && size <= MAX_CHANGELOG)
           collecting = { name, size, parts: [], got: 0 };
         if (skip === 0 && collecting) {

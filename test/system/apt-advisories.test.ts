@@ -3,10 +3,12 @@ import { chmodSync, cpSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { before, type TestContext, test } from "node:test";
+import { gzipSync } from "node:zlib";
 import {
   changelogAdvisories,
   compareDebianVersions,
   parseChangelog,
+  readDebChangelog,
 } from "../../src/system/apt-changelog.js";
 import { buildTestApp } from "../helpers/app.js";
 import {
@@ -351,6 +353,53 @@ test("changelog entries: USN ids, security suites, urgency with comments, epochs
     },
   ]);
   assert.deepEqual(changelogAdvisories("openssl", entries, "1:3.0.13-0ubuntu3.2", "1:3.0.13-0ubuntu3.2"), []);
+});
+
+test("a changelog is found in a package's data archive behind a GNU long name and behind a pax header", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "hk-deb-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  // A name long enough that the changelog's path passes tar's 100 characters.
+  const name = `lablong${"x".repeat(90)}`;
+  const entry = changelogEntry(name, "2.0", "bookworm-security", "critical", ["Fix CVE-2024-3001."], D1);
+  const root = join(dir, "pkg");
+  const doc = join(root, "usr/share/doc", name);
+  await exec("mkdir", ["-p", join(root, "DEBIAN"), doc, join(root, "usr/lib", name)]);
+  writeFileSync(join(root, "usr/lib", name, "data"), "x".repeat(100_000));
+  writeFileSync(join(doc, "changelog.Debian.gz"), gzipSync(entry));
+  writeFileSync(
+    join(root, "DEBIAN/control"),
+    `Package: ${name}\nVersion: 2.0\nArchitecture: all\nMaintainer: t <t@example.invalid>\nDescription: t\n`,
+  );
+  const deb = join(dir, "long.deb");
+  await exec("dpkg-deb", ["--root-owner-group", "-Zgzip", "--build", root, deb]);
+  const read = await readDebChangelog(deb, name, 10_000);
+  assert.deepEqual(
+    read?.entries.map((e) => [e.version, e.urgency]),
+    [["2.0", "critical"]],
+  );
+
+  // The same files in a pax-format data.tar, as .deb builders other than dpkg-deb write them.
+  const pax = join(dir, "pax");
+  await exec("mkdir", ["-p", pax]);
+  await exec("tar", ["--format=pax", "-czf", join(pax, "data.tar.gz"), "-C", root, "./usr"]);
+  await exec("tar", ["-czf", join(pax, "control.tar.gz"), "-C", join(root, "DEBIAN"), "./control"]);
+  writeFileSync(join(pax, "debian-binary"), "2.0\n");
+  const paxDeb = join(dir, "pax.deb");
+  await exec("ar", [
+    "rc",
+    paxDeb,
+    join(pax, "debian-binary"),
+    join(pax, "control.tar.gz"),
+    join(pax, "data.tar.gz"),
+  ]);
+  const fromPax = await readDebChangelog(paxDeb, name, 10_000);
+  assert.equal(fromPax?.source, name);
+  assert.deepEqual(
+    fromPax?.entries.map((e) => e.version),
+    ["2.0"],
+  );
+
+  assert.equal(await readDebChangelog(deb, "another-package", 10_000), undefined, "no changelog of its own");
 });
 
 test("apt: the host's own package state is untouched", () => {
