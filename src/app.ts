@@ -185,17 +185,18 @@ export async function buildApp({ config, logger, embeddedCaddy, now = Date.now }
     firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
     log: logger.child({ component: "routes" }),
   });
+  const systemLog = logger.child({ component: "system" });
   const systemService = new SystemService({
     db,
     metrics,
-    manager: createPackageManager(system, process.env),
+    manager: createPackageManager(system, process.env, systemLog),
     lockTimeoutMs: system.lockTimeoutMs,
     rebootCommand: system.rebootCommand,
     rebootDelayMs: system.rebootDelayMs,
     boot: { bootIdFile: system.bootIdFile, kernelReleaseFile: system.kernelReleaseFile },
     outbox,
     env: process.env,
-    log: logger.child({ component: "system" }),
+    log: systemLog,
   });
   const operator = new OperatorService({
     db,

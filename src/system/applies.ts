@@ -61,7 +61,11 @@ export interface ApplyRow {
   updated_at: string | null;
 }
 
-export type StoredResult = ApplyChanges & { reboot_required: boolean; reboot_scheduled: boolean };
+export type StoredResult = ApplyChanges & {
+  reboot_required: boolean;
+  reboot_scheduled: boolean;
+  services_restart_required?: string[] | null;
+};
 export type Progress = ApplyStatus["progress"];
 
 const json = <T>(text: string | null): T | null => (text === null ? null : (JSON.parse(text) as T));
@@ -75,6 +79,7 @@ export function changesOf(stored: string | null) {
     removed: result?.removed ?? [],
     held_back: result?.held_back ?? [],
     reboot_required: result?.reboot_required ?? null,
+    services_restart_required: result?.services_restart_required ?? null,
     reboot_scheduled: result?.reboot_scheduled ?? false,
   };
 }

@@ -1,6 +1,16 @@
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chownSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import type { Logger } from "pino";
+import { type ChangelogEntry, changelogAdvisories, readDebChangelog } from "./apt-changelog.js";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import type { LockHolder } from "./errors.js";
 import {
@@ -10,6 +20,7 @@ import {
   applyUpdates,
   type DownloadResult,
   downloadUpdates,
+  type HeldReason,
   type InstalledPackage,
   type PackageManager,
   type PackageUpdate,
@@ -31,9 +42,22 @@ export interface AptOptions {
   rebootRequiredFile: string;
   /** needrestart executable; used for the kernel status when it exists. */
   needrestart: string | undefined;
+  /** Lists the services to restart instead of `needrestart -b -r l` (same output); [] : not asked. */
+  servicesCommand: readonly string[] | undefined;
+  /** Bound on reading the changelogs of one check (downloads included); 0 reads none. */
+  changelogTimeoutMs: number;
   lockTimeoutMs: number;
   commandTimeoutMs: number;
+  log?: Pick<Logger, "warn">;
 }
+
+/** Changelogs kept in memory (by package, architecture and version) across checks. */
+const CHANGELOG_CACHE_SIZE = 2000;
+/** Packages whose changelogs are read at once. */
+const CHANGELOG_CONCURRENCY = 4;
+
+/** The options of a simulation that lists every update: held and phased ones too. */
+const SEE_ALL = ["-o", "APT::Ignore-Hold=true", "-o", "APT::Get::Always-Include-Phased-Updates=true"];
 
 /**
  * Security-only pinning (the data unattended-upgrades matches): installed versions stay at 100, versions
@@ -71,6 +95,12 @@ export function isSecurityOrigin(origin: string): boolean {
   const colon = labelVersion.lastIndexOf(":");
   const label = colon === -1 ? labelVersion : labelVersion.slice(0, colon);
   return label === "Debian-Security" || suite.endsWith("-security");
+}
+
+/** `NEEDRESTART-SVC: name.service` lines of `needrestart -b`. */
+export function parseNeedrestartServices(stdout: string): string[] {
+  const units = [...stdout.matchAll(/^NEEDRESTART-SVC:\s*(\S+)/gm)].map((m) => m[1] as string);
+  return [...new Set(units)].sort();
 }
 
 /** The upgrades in the output of `apt-get -s`, keyed by `packageKey`. New installs and removals are left out. */
@@ -154,6 +184,8 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
   readonly name = "apt" as const;
   private readonly env: NodeJS.ProcessEnv;
   private paths: Promise<AptPaths> | undefined;
+  /** Parsed changelogs by `name arch version`; undefined: the package has no changelog of its own. */
+  private readonly changelogs = new Map<string, { source: string; entries: ChangelogEntry[] } | undefined>();
 
   constructor(private readonly o: AptOptions) {
     this.env = {
@@ -169,11 +201,26 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
 
   async check(): Promise<PackageUpdate[]> {
     await this.run("apt-get update", "apt-get", ["-q", "-o", "APT::Update::Error-Mode=any", "update"], true);
-    const newest = await this.simulate("");
-    const security = await this.simulate(SECURITY_PINS);
-    return [...newest.values()].map((u) => {
-      const s = security.get(packageKey(u));
+    // Every update, held and phased ones included; then what each apply would really install.
+    const newest = await this.simulate(SEE_ALL, "");
+    const security = await this.simulate(SEE_ALL, SECURITY_PINS);
+    const full = await this.simulate([], "");
+    const securityApply = await this.simulate([], SECURITY_PINS, ["upgrade", "--with-new-pkgs"]);
+    const marked = await this.markedHold();
+    const notInFull = [...newest.keys()].filter((k) => !full.has(k));
+    // Only apt's phasing decides whether an update is phased: what a simulation without it would take.
+    const phased =
+      notInFull.length > 0
+        ? await this.simulate(["-o", "APT::Get::Always-Include-Phased-Updates=true"], "")
+        : new Map<string, SimulatedUpgrade>();
+    const updates = [...newest.entries()].map(([key, u]): PackageUpdate => {
+      const s = security.get(key);
       const securityVersion = s?.security ? s.to : u.security ? u.to : null;
+      const held = this.o.hold.includes(u.name) || marked.has(u.name) || marked.has(`${u.name}:${u.arch}`);
+      let reason: HeldReason | null = null;
+      if (held) reason = "hold";
+      else if (!full.has(key)) reason = phased.has(key) ? "phased" : "kept_back";
+      else if (securityVersion !== null && !securityApply.has(key)) reason = "kept_back";
       return {
         name: u.name,
         arch: u.arch,
@@ -181,9 +228,127 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
         new_version: u.to,
         security: securityVersion !== null,
         security_version: securityVersion,
-        held: this.o.hold.includes(u.name),
+        held,
+        held_reason: reason,
+        advisories: [],
       };
     });
+    await this.addAdvisories(updates);
+    return updates;
+  }
+
+  /** Packages marked with `apt-mark hold`, as `name` or `name:arch`. */
+  private async markedHold(): Promise<Set<string>> {
+    const r = await this.run("apt-mark showhold", "apt-mark", ["showhold"]);
+    return new Set(
+      r.stdout
+        .split("\n")
+        .map((l) => l.trim())
+        .filter(Boolean),
+    );
+  }
+
+  /**
+   * Fills each update's advisories from the changelog of its new version. A .deb apt has already downloaded
+   * (into its archives cache) is read where it is; the others are downloaded by apt itself (so from the
+   * configured repositories only) into a temporary folder, in one `apt-get download`, and those still missing
+   * after a failure once more one by one. They are read a few at a time and deleted; the
+   * parsed changelogs are kept. Bounded by `changelogTimeoutMs`: what is not read by then has no advisories.
+   * A failure leaves advisories empty and is logged; it never fails the check.
+   */
+  private async addAdvisories(updates: PackageUpdate[]): Promise<void> {
+    if (this.o.changelogTimeoutMs === 0 || updates.length === 0) return;
+    const cacheKey = (u: PackageUpdate) => `${u.name} ${u.arch} ${u.new_version}`;
+    const missing = updates.filter((u) => !this.changelogs.has(cacheKey(u)));
+    if (missing.length > 0) {
+      const deadline = Date.now() + this.o.changelogTimeoutMs;
+      const dir = mkdtempSync(join(tmpdir(), "hostkeeper-changelogs-"));
+      try {
+        const debs = await this.debsOf(missing, dir, deadline);
+        const queue = [...debs];
+        const worker = async () => {
+          for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
+            const left = deadline - Date.now();
+            if (left <= 0) return;
+            const [u, file] = next;
+            try {
+              this.remember(cacheKey(u), await readDebChangelog(file, u.name, left));
+            } catch (err) {
+              // Not remembered: the next check tries again.
+              this.o.log?.warn(
+                { err, package: u.name },
+                "a changelog could not be read; its advisories are left out",
+              );
+            }
+          }
+        };
+        await Promise.all(Array.from({ length: CHANGELOG_CONCURRENCY }, worker));
+      } catch (err) {
+        this.o.log?.warn(
+          { err },
+          "the changelogs of the updates could not all be read; their advisories are left out",
+        );
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }
+    for (const u of updates) {
+      const c = this.changelogs.get(cacheKey(u));
+      if (c) u.advisories = changelogAdvisories(c.source, c.entries, u.current_version, u.new_version);
+    }
+  }
+
+  /** The .deb of each update's new version: from apt's archives cache, else downloaded into `dir`. */
+  private async debsOf(
+    updates: readonly PackageUpdate[],
+    dir: string,
+    deadline: number,
+  ): Promise<Map<PackageUpdate, string>> {
+    const { archives } = await this.aptPaths();
+    // apt's own file name: the epoch's colon is quoted.
+    const fileName = (u: PackageUpdate) => `${u.name}_${u.new_version.replaceAll(":", "%3a")}_${u.arch}.deb`;
+    const out = new Map<PackageUpdate, string>();
+    for (const u of updates)
+      if (existsSync(join(archives, fileName(u)))) out.set(u, join(archives, fileName(u)));
+    const fetch = updates.filter((u) => !out.has(u));
+    if (fetch.length === 0) return out;
+    this.letAptWrite(dir);
+    const download = async (list: readonly PackageUpdate[]) => {
+      const left = deadline - Date.now();
+      if (left <= 0) return false;
+      const specs = list.map((u) => `${u.name}:${u.arch}=${u.new_version}`);
+      const r = await runCommand("apt-get", ["-q", "download", ...specs], {
+        env: this.env,
+        timeoutMs: left,
+        cwd: dir,
+      });
+      if (r.code === 0) return true;
+      this.o.log?.warn({ packages: specs, errors: aptErrorLines(r) }, "apt-get download failed");
+      return false;
+    };
+    const got = (u: PackageUpdate) => existsSync(join(dir, fileName(u)));
+    // apt fetches what it can when one download fails, but refuses the whole batch when one version is
+    // unknown: the packages still missing get one more try each, on their own.
+    if (!(await download(fetch))) for (const u of fetch.filter((p) => !got(p))) await download([u]);
+    for (const u of fetch) if (got(u)) out.set(u, join(dir, fileName(u)));
+    return out;
+  }
+
+  private remember(key: string, value: { source: string; entries: ChangelogEntry[] } | undefined): void {
+    if (this.changelogs.size >= CHANGELOG_CACHE_SIZE) {
+      const oldest = this.changelogs.keys().next().value;
+      if (oldest !== undefined) this.changelogs.delete(oldest);
+    }
+    this.changelogs.set(key, value);
+  }
+
+  /** apt downloads as the user `_apt` when run as root; it needs to write the folder, or it warns and downloads as root. */
+  private letAptWrite(dir: string): void {
+    if (process.getuid?.() !== 0) return;
+    const entry = /^_apt:[^:]*:(\d+):(\d+):/m.exec(
+      existsSync("/etc/passwd") ? readFileSync("/etc/passwd", "utf8") : "",
+    );
+    if (entry) chownSync(dir, Number(entry[1]), Number(entry[2]));
   }
 
   apply(type: UpdateType, listener?: ApplyListener): Promise<ApplyChanges> {
@@ -231,6 +396,7 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
       ? `Package: ${this.o.hold.join(" ")}\nPin: release a=now\nPin-Priority: 1001\n\n`
       : "";
     const pins = type === "security" ? hold + SECURITY_PINS : hold;
+    // Phasing, holds and kept-back packages are apt's own decisions: nothing here overrides them.
     // Security updates never remove a package (upgrade --with-new-pkgs); a full upgrade is dist-upgrade.
     const action = [
       ...(type === "security" ? ["upgrade", "--with-new-pkgs"] : ["dist-upgrade"]),
@@ -294,15 +460,33 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     return ksta === "2" || ksta === "3";
   }
 
+  /** needrestart's batch output (`-r l`: list, never restart); undefined when it is not installed or turned off. */
+  async servicesToRestart(): Promise<string[] | undefined> {
+    const command =
+      this.o.servicesCommand ??
+      (this.o.needrestart !== undefined && existsSync(this.o.needrestart)
+        ? [this.o.needrestart, "-b", "-r", "l"]
+        : []);
+    const [file, ...args] = command;
+    if (file === undefined) return undefined;
+    const r = await runCommand(file, args, { env: this.env, timeoutMs: this.o.commandTimeoutMs });
+    if (r.code !== 0) throw commandFailed("needrestart -b -r l", r, lastLines(r.stderr, 5));
+    return parseNeedrestartServices(r.stdout);
+  }
+
   /** `apt-get --version` starts `apt 2.6.1 (amd64)`; it reads no package state. */
   async version(): Promise<string | undefined> {
     const r = await runCommand("apt-get", ["--version"], { env: this.env, timeoutMs: VERSION_TIMEOUT_MS });
     return r.code === 0 ? /^apt (\S+)/.exec(r.stdout)?.[1] : undefined;
   }
 
-  private async simulate(pins: string): Promise<Map<string, SimulatedUpgrade>> {
+  private async simulate(
+    options: readonly string[],
+    pins: string,
+    action: readonly string[] = ["dist-upgrade"],
+  ): Promise<Map<string, SimulatedUpgrade>> {
     const r = await this.withPreferences(pins, (prefs) =>
-      this.run("apt-get -s dist-upgrade", "apt-get", ["-s", "-q", ...prefs, "dist-upgrade"]),
+      this.run(`apt-get -s ${action.join(" ")}`, "apt-get", ["-s", "-q", ...options, ...prefs, ...action]),
     );
     return parseSimulation(r.stdout);
   }

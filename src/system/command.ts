@@ -18,6 +18,8 @@ export interface RunOptions {
    * child gets as a pipe when this is set (apt's `APT::Status-Fd=3`).
    */
   onLine?: (line: string, stream: "stdout" | "status") => void;
+  /** Working folder; the agent's own when unset. */
+  cwd?: string;
 }
 
 /** Output kept per stream; a simulation of a whole distribution upgrade is a few hundred kilobytes. */
@@ -56,7 +58,7 @@ function collect(stream: NodeJS.ReadableStream | null): () => string {
 export function runCommand(file: string, args: readonly string[], o: RunOptions): Promise<CommandResult> {
   return new Promise((resolve, reject) => {
     const stdio: ("ignore" | "pipe")[] = ["ignore", "pipe", "pipe", ...(o.onLine ? ["pipe" as const] : [])];
-    const child = spawn(file, args, { env: o.env, stdio, detached: true });
+    const child = spawn(file, args, { env: o.env, cwd: o.cwd, stdio, detached: true });
     const stdout = collect(child.stdout);
     const stderr = collect(child.stderr);
     const onLine = o.onLine;

@@ -4,6 +4,40 @@ import { join } from "node:path";
 export type UpdateType = "security" | "full";
 export type PackageManagerName = "apt" | "dnf" | "none";
 
+export const SEVERITIES = ["critical", "important", "moderate", "low", "unknown"] as const;
+export type Severity = (typeof SEVERITIES)[number];
+export type AdvisoryType = "security" | "bugfix" | "enhancement" | "newpackage" | "unknown";
+
+/** What an update fixes: a dnf updateinfo advisory, or (apt) one changelog entry between the versions. */
+export interface Advisory {
+  id: string;
+  type: AdvisoryType;
+  severity: Severity;
+  /** CVE ids, in the order the advisory names them, each once. */
+  cves: string[];
+  /** When the advisory was issued (ISO 8601); null when the source gives no date. */
+  issued: string | null;
+}
+
+/**
+ * Why an apply would not install an update. `hold`: HOSTKEEPER_HOLD_PACKAGES, `apt-mark hold` or dnf
+ * versionlock; `phased`: apt defers an Ubuntu phased update on this machine; `kept_back`: the package
+ * manager keeps it back (it needs a removal, or its dependencies cannot be met).
+ */
+export type HeldReason = "hold" | "phased" | "kept_back";
+
+/** The highest severity of a list of advisories; `unknown` when none has a known severity. */
+export function highestSeverity(advisories: readonly Advisory[]): Severity {
+  let best: Severity = "unknown";
+  for (const a of advisories)
+    if (
+      a.severity !== "unknown" &&
+      (best === "unknown" || SEVERITIES.indexOf(a.severity) < SEVERITIES.indexOf(best))
+    )
+      best = a.severity;
+  return best;
+}
+
 /** One package with an available update. */
 export interface PackageUpdate {
   name: string;
@@ -14,8 +48,11 @@ export interface PackageUpdate {
   security: boolean;
   /** The version a security apply installs; null when the package has no security update. */
   security_version: string | null;
-  /** Named in HOSTKEEPER_HOLD_PACKAGES: apply never upgrades it. */
+  /** Held (HOSTKEEPER_HOLD_PACKAGES, `apt-mark hold`, dnf versionlock): apply never upgrades it. */
   held: boolean;
+  /** Why an apply would not install it; null when it would. */
+  held_reason: HeldReason | null;
+  advisories: Advisory[];
 }
 
 export interface InstalledPackage {
@@ -29,8 +66,8 @@ export interface HeldBack {
   arch: string;
   current_version: string;
   available_version: string;
-  /** `hold`: named in HOSTKEEPER_HOLD_PACKAGES; `kept_back`: the package manager did not upgrade it. */
-  reason: "hold" | "kept_back";
+  /** See `HeldReason`; an update the check expected to be installed but was not is `kept_back`. */
+  reason: HeldReason;
 }
 
 /** What one apply changed, from the installed packages before and after. */
@@ -97,6 +134,8 @@ export interface PackageManager {
    */
   recover(afterInterruption: boolean): Promise<Recovery | null>;
   rebootRequired(): Promise<boolean>;
+  /** The services running outdated code after an apply; undefined when this host cannot tell. */
+  servicesToRestart(): Promise<string[] | undefined>;
   /** The package manager's own version (`2.6.1`), read from the program; undefined when it cannot say. */
   version(): Promise<string | undefined>;
 }
@@ -152,7 +191,7 @@ export async function applyUpdates(
       arch: u.arch,
       current_version: u.current_version,
       available_version: type === "security" && u.security_version ? u.security_version : u.new_version,
-      reason: u.held ? "hold" : "kept_back",
+      reason: u.held ? "hold" : (u.held_reason ?? "kept_back"),
     });
   }
   return changes;

@@ -10,6 +10,37 @@ const Pkg = {
   arch: Type.String({ description: "Architecture, e.g. `amd64`, `all`, `x86_64`, `noarch`." }),
 };
 
+const Severity = StringEnum(["critical", "important", "moderate", "low", "unknown"]);
+
+const HeldReason = StringEnum(["hold", "phased", "kept_back"], {
+  description:
+    "`hold`: held by `HOSTKEEPER_HOLD_PACKAGES`, `apt-mark hold` or dnf versionlock; `phased`: an Ubuntu phased update apt does not offer this machine yet (apt's own phasing decision, reported, not overridden); `kept_back`: the package manager keeps it back (apt: it needs a package removed, which a `security` apply never does, or its dependencies cannot be met).",
+});
+
+export const AdvisorySchema = Type.Object(
+  {
+    id: Type.String({
+      description:
+        "dnf: the updateinfo advisory id. apt: the first DSA, DLA or USN id the changelog entry names, else `<source package>/<version>`.",
+    }),
+    type: StringEnum(["security", "bugfix", "enhancement", "newpackage", "unknown"], {
+      description:
+        "dnf: the advisory's type. apt: `security` when the entry names a CVE, DSA, DLA or USN id or was uploaded to a `-security` suite, else `bugfix`.",
+    }),
+    severity: {
+      ...Severity,
+      description:
+        "dnf: the advisory's severity. apt: from the entry's `urgency=` for security entries (emergency and critical: `critical`, high: `important`, medium: `moderate`, low: `low`); `unknown` otherwise.",
+    },
+    cves: Type.Array(Type.String(), { description: "CVE ids the advisory names." }),
+    issued: Type.Union([Type.String({ format: "date-time" }), Type.Null()], {
+      description:
+        "dnf: the advisory's date (its issued date, or when it was last updated). apt: the entry's date. Null when there is none.",
+    }),
+  },
+  { additionalProperties: false, $id: "Advisory", title: "Advisory" },
+);
+
 export const PackageUpdateSchema = Type.Object(
   {
     ...Pkg,
@@ -23,7 +54,18 @@ export const PackageUpdateSchema = Type.Object(
       description:
         "The version a `security` apply installs; it may be older than `new_version` when a newer regular version exists. Null when `security` is false.",
     }),
-    held: Type.Boolean({ description: "Named in `HOSTKEEPER_HOLD_PACKAGES`: apply never upgrades it." }),
+    held: Type.Boolean({
+      description:
+        "Held by `HOSTKEEPER_HOLD_PACKAGES`, `apt-mark hold` or dnf versionlock: apply never upgrades it.",
+    }),
+    held_reason: Type.Union([HeldReason, Type.Null()], {
+      description:
+        "Why an apply would not install this update; null when it would. `kept_back` on a security update may concern the `security` apply only.",
+    }),
+    advisories: Type.Array(Type.Ref("Advisory"), {
+      description:
+        "What the update fixes. dnf: the updateinfo advisories of its newer versions. apt: one per changelog entry between the installed and the new version, read from the new version's package as downloaded from the configured repositories; empty when it could not be read in time.",
+    }),
   },
   { additionalProperties: false, $id: "PackageUpdate", title: "PackageUpdate" },
 );
@@ -40,6 +82,20 @@ export const SystemStatusSchema = Type.Object(
     }),
     package_manager: PackageManagerName,
     checked_at: Type.String({ format: "date-time" }),
+    severity_counts: Type.Object(
+      {
+        critical: Type.Integer(),
+        important: Type.Integer(),
+        moderate: Type.Integer(),
+        low: Type.Integer(),
+        unknown: Type.Integer(),
+      },
+      {
+        additionalProperties: false,
+        description:
+          "Packages with an update, counted by the highest severity among their advisories (`unknown`: none has a known severity); the counts add up to the number of updates.",
+      },
+    ),
     updates: Type.Array(Type.Ref("PackageUpdate"), {
       description: "Each package with an update, in detail.",
     }),
@@ -201,16 +257,18 @@ const Changes = {
         ...Pkg,
         current_version: Type.String(),
         available_version: Type.String({ description: "The version this apply would have installed." }),
-        reason: StringEnum(["hold", "kept_back"], {
-          description:
-            "`hold`: named in `HOSTKEEPER_HOLD_PACKAGES`; `kept_back`: the package manager did not upgrade it (e.g. its dependencies could not be met).",
-        }),
+        reason: HeldReason,
       },
       { additionalProperties: false },
     ),
     { description: "Updates in scope of this apply that were not installed." },
   ),
 };
+
+const ServicesRestart = Type.Union([Type.Array(Type.String()), Type.Null()], {
+  description:
+    "systemd services still running code this apply replaced, to be restarted (apt: `needrestart -b -r l`, which lists and never restarts; dnf: `dnf needs-restarting -s`). Null when the host cannot tell (apt: needrestart is not installed) or the apply did not finish.",
+});
 
 export const ApplyResultSchema = Type.Object(
   {
@@ -219,6 +277,7 @@ export const ApplyResultSchema = Type.Object(
     package_manager: PackageManagerName,
     ...Changes,
     reboot_required: Type.Boolean({ description: "Whether the host needs a reboot after this apply." }),
+    services_restart_required: ServicesRestart,
     reboot_scheduled: Type.Boolean({
       description: "Whether the reboot command will run (`auto_reboot` and `reboot_required`).",
     }),
@@ -265,6 +324,7 @@ export const ApplyStatusSchema = Type.Object(
     reboot_required: Type.Union([Type.Boolean(), Type.Null()], {
       description: "Whether the host needs a reboot after the apply; null until it is over.",
     }),
+    services_restart_required: ServicesRestart,
     reboot_scheduled: Type.Boolean(),
     reboot_at: Type.Union([Type.String({ format: "date-time" }), Type.Null()]),
     reboot: Type.Union([Type.Ref("RebootReport"), Type.Null()], {
@@ -341,6 +401,7 @@ export const ApplyRecordSchema = Type.Object(
     ),
     ...Changes,
     reboot_required: Type.Union([Type.Boolean(), Type.Null()]),
+    services_restart_required: ServicesRestart,
     reboot_scheduled: Type.Boolean(),
   },
   { additionalProperties: false, $id: "ApplyRecord", title: "ApplyRecord" },
@@ -364,6 +425,7 @@ export const ApplyHistoryQuerySchema = Type.Object(
 );
 
 export const systemSharedSchemas = [
+  AdvisorySchema,
   PackageUpdateSchema,
   SystemStatusSchema,
   ApplyUpdatesRequestSchema,

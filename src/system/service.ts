@@ -17,7 +17,14 @@ import {
 import { BootLog, type BootSources, currentBoot } from "./boot.js";
 import { ApplyFailedError, ApplyNotFoundError, isSystemError, PackageManagerBusyError } from "./errors.js";
 import { Mutex } from "./mutex.js";
-import type { PackageManager, PackageManagerName, UpdateType } from "./package-manager.js";
+import {
+  highestSeverity,
+  type PackageManager,
+  type PackageManagerName,
+  SEVERITIES,
+  type Severity,
+  type UpdateType,
+} from "./package-manager.js";
 import type {
   ApplyRecord,
   ApplyResult,
@@ -240,6 +247,8 @@ export class SystemService {
       const rebootRequired = await this.o.manager.rebootRequired();
       const security = updates.filter((u) => u.security).length;
       const checkedAt = new Date().toISOString();
+      const severityCounts = Object.fromEntries(SEVERITIES.map((s) => [s, 0])) as Record<Severity, number>;
+      for (const u of updates) severityCounts[highestSeverity(u.advisories)]++;
       this.recordCheck.run(
         checkedAt,
         this.o.manager.name,
@@ -255,6 +264,7 @@ export class SystemService {
         reboot_required: rebootRequired,
         package_manager: this.o.manager.name,
         checked_at: checkedAt,
+        severity_counts: severityCounts,
         updates,
       };
     });
@@ -497,9 +507,15 @@ export class SystemService {
           progress: (p) => this.onProgress(id, p),
         });
         const rebootRequired = await this.o.manager.rebootRequired();
+        // The packages are installed by now: a failure to list services must not turn the apply into a failure.
+        const services = await this.o.manager.servicesToRestart().catch((err: unknown) => {
+          this.o.log.warn({ err }, "the services to restart could not be listed");
+          return undefined;
+        });
         return {
           ...changes,
           reboot_required: rebootRequired,
+          services_restart_required: services ?? null,
           reboot_scheduled: autoReboot && rebootRequired && !this.closed,
         };
       });

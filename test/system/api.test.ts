@@ -9,9 +9,19 @@ import {
   aptLockHolder,
   aptProgress,
   isSecurityOrigin,
+  parseNeedrestartServices,
   parseSimulation,
 } from "../../src/system/apt.js";
-import { advisoryPackages, dnfCacheDir, dnfLockHolder, dnfProgress } from "../../src/system/dnf.js";
+import {
+  advisoryPackages,
+  dnfCacheDir,
+  dnfLockHolder,
+  dnfProgress,
+  nevraKey,
+  parseUnits,
+  parseUpdateInfo,
+  parseVersionLocks,
+} from "../../src/system/dnf.js";
 import { Mutex } from "../../src/system/mutex.js";
 import { detectPackageManager } from "../../src/system/select.js";
 import { buildTestApp } from "../helpers/app.js";
@@ -145,7 +155,74 @@ test("lock holders as apt and dnf report them", () => {
     advisoryPackages(
       "RHSA-2024:1 Important/Sec. openssl-1:3.0.7-25.el9_3.x86_64\nFEDORA-2024-2 bugfix curl-8.2.1-3.fc39.x86_64\n",
     ),
-    ["openssl-1:3.0.7-25.el9_3.x86_64", "curl-8.2.1-3.fc39.x86_64"],
+    [
+      { id: "RHSA-2024:1", security: true, nevra: "openssl-1:3.0.7-25.el9_3.x86_64" },
+      { id: "FEDORA-2024-2", security: false, nevra: "curl-8.2.1-3.fc39.x86_64" },
+    ],
+  );
+  assert.equal(nevraKey("openssl-1:3.0.7-25.el9_3.x86_64"), "openssl\u0000x86_64");
+  assert.equal(
+    nevraKey("python3-dnf-plugin-versionlock-4.3.0-13.el9.noarch"),
+    "python3-dnf-plugin-versionlock\u0000noarch",
+  );
+});
+
+test("dnf updateinfo info blocks become advisories, whatever their descriptions and titles hold", () => {
+  const text = [
+    "===============================================================================",
+    "  Important: openssl security update",
+    "===============================================================================",
+    "  Update ID: RHSA-2024:0310",
+    "       Type: security",
+    "    Updated: 2024-01-22 09:10:11",
+    "       Bugs: 2248379 - CVE-2023-5678 openssl: Generating excessively long X9.42 DH keys",
+    "           : 2259944 - CVE-2024-0727 openssl: denial of service via null dereference",
+    "       CVEs: CVE-2023-5678",
+    "           : CVE-2024-0727",
+    "           : CVE-2023-5678",
+    "Description: OpenSSL is a toolkit.",
+    "           : ",
+    "           : Security Fix(es):",
+    "           : Severity: not this one",
+    "           : * openssl: CVE-2099-0001 in a description is no reference",
+    "   Severity: Important",
+    "",
+    "===============================================================================",
+    "  curl bug fix",
+    "===============================================================================",
+    "  Update ID: FEDORA-2024-2",
+    "       Type: bugfix",
+    "    Updated: 1970-01-01 00:00:00",
+    "Description: Fixes.",
+    "   Severity: None",
+  ].join("\n");
+  assert.deepEqual(Object.fromEntries(parseUpdateInfo(text)), {
+    "RHSA-2024:0310": {
+      id: "RHSA-2024:0310",
+      type: "security",
+      severity: "important",
+      cves: ["CVE-2023-5678", "CVE-2024-0727"],
+      issued: "2024-01-22T09:10:11Z",
+    },
+    "FEDORA-2024-2": { id: "FEDORA-2024-2", type: "bugfix", severity: "unknown", cves: [], issued: null },
+  });
+  assert.deepEqual(
+    Object.fromEntries(
+      parseVersionLocks(
+        "# comment\nopenssl-1:3.0.7-25.el9_3.*\n!curl-0:8.2.1-3.fc39.*\nkernel-core-0:5.14.0-362.el9.*\n",
+      ),
+    ),
+    { openssl: "3.0.7-25.el9_3", "kernel-core": "5.14.0-362.el9" },
+  );
+  assert.deepEqual(parseUnits("cron.service\nsshd.service\n\ncron.service\n"), [
+    "cron.service",
+    "sshd.service",
+  ]);
+  assert.deepEqual(
+    parseNeedrestartServices(
+      "NEEDRESTART-VER: 3.6\nNEEDRESTART-KSTA: 1\nNEEDRESTART-SVC: ssh.service\nNEEDRESTART-SVC: cron.service\n",
+    ),
+    ["cron.service", "ssh.service"],
   );
 });
 
@@ -179,6 +256,8 @@ test("apt hosts: needrestart's kernel status counts as a required reboot", async
       hold: [],
       rebootRequiredFile: join(dir, "reboot-required"),
       needrestart,
+      servicesCommand: undefined,
+      changelogTimeoutMs: 0,
       lockTimeoutMs: 1000,
       commandTimeoutMs: 5000,
     });

@@ -111,6 +111,8 @@ test("check-updates counts and classifies updates by origin, with the security v
     security: true,
     security_version: "1.1",
     held: false,
+    held_reason: null,
+    advisories: [],
   });
   assert.deepEqual(
     Object.fromEntries(Object.values(u).map((p) => [p.name, [p.security, p.security_version, p.held]])),

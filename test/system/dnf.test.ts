@@ -63,6 +63,8 @@ async function setup(t: TestContext, env: Record<string, string> = {}, repoDir =
     HOSTKEEPER_REBOOT_COMMAND: reboot.command,
     HOSTKEEPER_REBOOT_DELAY_MS: "300",
     HOSTKEEPER_HOLD_PACKAGES: "labhold",
+    // needs-restarting -s would read the host's processes; see dnf-advisories.test.ts for the field.
+    HOSTKEEPER_SERVICES_RESTART_COMMAND: "none",
     ...env,
   });
   return { root, reboot, ...app };
