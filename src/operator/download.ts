@@ -262,10 +262,14 @@ export class Downloader {
   }
 }
 
-export async function sha256File(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
-  return hash.digest("hex");
+/** Digests of a file, each algorithm (a `crypto.createHash` name) over one read of it. */
+export async function hashFile<A extends string>(
+  path: string,
+  algorithms: readonly A[],
+): Promise<Record<A, Buffer>> {
+  const hashes = algorithms.map((a) => createHash(a));
+  for await (const chunk of createReadStream(path)) for (const h of hashes) h.update(chunk as Buffer);
+  return Object.fromEntries(algorithms.map((a, i) => [a, hashes[i]?.digest()])) as Record<A, Buffer>;
 }
 
 /** The sha256 listed for `name` in a SHA256SUMS text (`<hex>  <name>` or `<hex> *<name>` lines). */
