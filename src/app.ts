@@ -1,6 +1,6 @@
 import { SerializerSelector } from "@fastify/fast-json-stringify-compiler";
 import type { TypeBoxTypeProvider } from "@fastify/type-provider-typebox";
-import Fastify, { type FastifyBaseLogger } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyServerFactory } from "fastify";
 import type { Logger } from "pino";
 import { DenyList } from "./events/egress.js";
 import { Outbox, outboxMigrations } from "./events/outbox.js";
@@ -64,6 +64,8 @@ export interface AppOptions {
   logger: Logger;
   /** The agent's own Caddy, started and supervised by server.ts; undefined with HOSTKEEPER_CADDY_ADMIN. */
   embeddedCaddy?: SupervisedCaddy;
+  /** Makes the HTTP(S) server (server.ts: TLS and allowed addresses); default Fastify's own HTTP server. */
+  serverFactory?: FastifyServerFactory;
 }
 
 declare module "fastify" {
@@ -86,7 +88,7 @@ declare module "fastify" {
  * It does not listen (server.ts does), so tests build it and listen on port 0 or inject.
  * `config.proxy.caddyAdmin` must be resolved by now (server.ts starts the embedded Caddy first).
  */
-export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): Promise<App> {
+export async function buildApp({ config, logger, embeddedCaddy, serverFactory }: AppOptions): Promise<App> {
   const { agent, events, proxy, system } = config;
   const caddyAddress = proxy.caddyAdmin;
   if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
@@ -109,6 +111,7 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     // Node would answer a missing Host itself, in plain text; the edge's hook answers it as a problem.
     http: { requireHostHeader: false },
+    ...(serverFactory ? { serverFactory } : {}),
     loggerInstance: logger as FastifyBaseLogger,
     genReqId,
     bodyLimit: agent.bodyLimit,

@@ -9,6 +9,7 @@ import {
   setting,
 } from "./config.js";
 import { eventSettings } from "./events/settings.js";
+import { checkListenerPairs, listenerSettings } from "./listener/settings.js";
 import { operatorSettings } from "./operator/settings.js";
 import { proxySettings } from "./proxy/settings.js";
 import { systemSettings } from "./system/settings.js";
@@ -102,6 +103,7 @@ export const agentSettings = {
  */
 export const settingGroups = {
   agent: agentSettings,
+  listener: listenerSettings,
   events: eventSettings,
   proxy: proxySettings,
   system: systemSettings,
@@ -121,6 +123,7 @@ export function loadConfig(source: ConfigSource): AppConfig {
   for (const [name, group] of Object.entries(settingGroups)) {
     out[name] = resolveSettings(group as Record<string, Setting<unknown>>, source);
   }
+  checkListenerPairs((out as AppConfig).listener);
   return out as AppConfig;
 }
 
