@@ -1,3 +1,4 @@
+import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import type { LockHolder } from "./errors.js";
 import {
@@ -69,7 +70,7 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
   private readonly base: string[];
 
   constructor(private readonly o: DnfOptions) {
-    this.env = { ...o.env, LC_ALL: "C" };
+    this.env = childEnv(o.env, CHILD_ENV.packages, { LC_ALL: "C" });
     const root = o.installroot;
     this.base = [
       "-q",

@@ -3,6 +3,7 @@ import { once } from "node:events";
 import type { Logger } from "pino";
 import { type Metrics, type PackageOperationOutcome, secondsSince } from "../metrics/metrics.js";
 import type { Db, Migration } from "../store/db.js";
+import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { settledWithin } from "../util/timers.js";
 import { ApplyFailedError, isSystemError, PackageManagerBusyError } from "./errors.js";
 import { Mutex } from "./mutex.js";
@@ -332,7 +333,7 @@ export class SystemService {
     const [file, ...args] = this.o.rebootCommand;
     if (file === undefined) return;
     this.o.log.warn({ command: this.o.rebootCommand }, "running the reboot command");
-    const child = spawn(file, args, { env: this.o.env, stdio: "ignore" });
+    const child = spawn(file, args, { env: childEnv(this.o.env, CHILD_ENV.reboot), stdio: "ignore" });
     this.rebootChild = child;
     child.once("error", (err) => this.o.log.error({ err }, "the reboot command could not be started"));
     child.once("exit", (code, signal) => {
