@@ -11,8 +11,7 @@ import { startArtifactServer, startS3Server } from "../helpers/artifact-servers.
 import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver, viaProxy } from "../helpers/http.js";
 import { makeTestCa } from "../helpers/tls.js";
-import { waitFor } from "../helpers/wait.js";
-import { fakeArtifact, instanceReaper, sha256 } from "./support.js";
+import { fakeArtifact, instanceReaper, sha256, updater } from "./support.js";
 
 const DOMAIN = "operator-signed.test";
 const creds = { accessKeyId: "AKIDHOSTKEEPERSIGN", secretAccessKey: "sign-secret", region: "test-region-1" };
@@ -79,18 +78,7 @@ test("signed operator artifacts: minisign signatures decide what runs", { timeou
     HOSTKEEPER_OPERATOR_DOWNLOAD_RETRIES: "0",
   });
   const httpsSource = `${artifacts.url}/releases`;
-  const update = async (id: string, version: string, artifact_source: string) => {
-    const res = await call({
-      method: "POST",
-      url: "/v1/operator/update",
-      payload: { callback_url: receiver.url, update_process_id: id, version, artifact_source },
-    });
-    assert.equal(res.statusCode, 202, res.body);
-    return waitFor(`update ${id}`, async () => {
-      const s = (await call({ method: "GET", url: `/v1/operator/update/${id}` })).json();
-      return ["completed", "failed", "rolled_back"].includes(s.state) ? s : undefined;
-    });
-  };
+  const update = updater(call, receiver.url);
   const serving = async () => (await viaProxy(caddy.httpPort, DOMAIN)).body;
   /** Publishes `<version>/operator` on the https server with the files `extra` gives. */
   const onHttps = (version: string, files: Record<string, Buffer>) => {
