@@ -164,6 +164,7 @@ test("TLS on the listener, client certificates, reload of changed files, and the
     await assert.rejects(get("/healthz"), /certificate required|socket hang up|ECONNRESET/i);
     await assert.rejects(get("/healthz", foreign), /unknown ca|certificate|ECONNRESET|socket hang up/i);
     await assert.rejects(get("/healthz", expired), /expired|certificate|ECONNRESET|socket hang up/i);
+    await agent.waitForLog("a TLS handshake from 127.0.0.1 failed", 10_000);
   });
 
   await t.test("plain HTTP to the TLS port gets no HTTP answer", async () => {

@@ -93,7 +93,7 @@ export class Listener {
   private readonly watchers: FSWatcher[] = [];
   private interval: NodeJS.Timeout | undefined;
   private debounce: NodeJS.Timeout | undefined;
-  private refused = { count: 0, loggedAt: 0 };
+  private counts = { refusals: { count: 0, loggedAt: 0 }, handshakes: { count: 0, loggedAt: 0 } };
 
   constructor(
     private readonly c: ListenerConfig,
@@ -132,6 +132,13 @@ export class Listener {
       if (new Date(cert.validTo).getTime() < Date.now())
         this.log.warn({ tls: describe(cert) }, "the API's TLS certificate has expired");
       this.watch(server as https.Server, this.files);
+      server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: Socket) =>
+        this.throttled(
+          "handshakes",
+          { remote_address: socket.remoteAddress, err: err.code ?? err.message },
+          `a TLS handshake from ${socket.remoteAddress} failed (${err.code ?? err.message})`,
+        ),
+      );
     } else server = http.createServer(base, handler);
     if (opts.keepAliveTimeout !== undefined) server.keepAliveTimeout = opts.keepAliveTimeout;
     if (opts.requestTimeout !== undefined) server.requestTimeout = opts.requestTimeout;
@@ -161,14 +168,27 @@ export class Listener {
   private refuse(socket: Socket): void {
     const address = socket.remoteAddress;
     socket.destroy();
-    this.refused.count++;
-    const now = Date.now();
-    if (now - this.refused.loggedAt < REFUSAL_LOG_EVERY_MS) return;
-    this.log.warn(
-      { remote_address: address, refused_since_last_line: this.refused.count },
-      `closed a connection from ${address}, outside HOSTKEEPER_ALLOWED_CIDRS (${this.refused.count} refused since the last such line; at most one a minute)`,
+    this.throttled(
+      "refusals",
+      { remote_address: address },
+      `closed a connection from ${address}, outside HOSTKEEPER_ALLOWED_CIDRS`,
     );
-    this.refused = { count: 0, loggedAt: now };
+  }
+
+  /**
+   * A warning about what anyone who can connect can cause: at most one line a minute per kind, counting
+   * what it did not log, so a scanner cannot flood the log.
+   */
+  private throttled(kind: "refusals" | "handshakes", fields: object, message: string): void {
+    const t = this.counts[kind];
+    t.count++;
+    const now = Date.now();
+    if (now - t.loggedAt < REFUSAL_LOG_EVERY_MS) return;
+    this.log.warn(
+      { ...fields, [`${kind}_since_last_line`]: t.count },
+      `${message} (${t.count} since the last such line; at most one a minute)`,
+    );
+    this.counts[kind] = { count: 0, loggedAt: now };
   }
 
   private watch(server: https.Server, files: TlsFiles): void {

@@ -67,9 +67,22 @@ export class Downloader {
 
   /** A small text file (SHA256SUMS); undefined when the server says it does not exist. */
   async text(url: URL, maxBytes: number, closing: AbortSignal): Promise<string | undefined> {
+    return (await this.small(url, maxBytes, closing))?.toString("utf8");
+  }
+
+  /**
+   * A small file's bytes (a signature, or the SHA256SUMS it signs, byte for byte); undefined when the server
+   * answers one of `absent` (404; object storage answers a missing key with 403 to whom may not list).
+   */
+  async small(
+    url: URL,
+    maxBytes: number,
+    closing: AbortSignal,
+    absent: readonly number[] = [404],
+  ): Promise<Buffer | undefined> {
     return this.retrying(closing, async (signal) => {
       const res = await this.open(url, {}, signal);
-      if (res.statusCode === 404) {
+      if (absent.includes(res.statusCode ?? 0)) {
         res.resume();
         return undefined;
       }
@@ -87,7 +100,7 @@ export class Downloader {
         }
         chunks.push(chunk);
       }
-      return Buffer.concat(chunks).toString("utf8");
+      return Buffer.concat(chunks);
     });
   }
 

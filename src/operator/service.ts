@@ -582,13 +582,14 @@ export class OperatorService {
    */
   private async authentication(u: UpdateRow): Promise<Authentication> {
     const name = this.o.config.artifactName;
-    const fetch = async (file: string, max: number) => {
+    const fetch = async (file: string, max: number, absent?: number[]) => {
       const url = this.source.locate(u.artifact_source, u.version, file);
-      return { url, text: await this.downloader.text(url, max, this.closing.signal) };
+      return { url, bytes: await this.downloader.small(url, max, this.closing.signal, absent) };
     };
-    const own = await fetch(`${name}.minisig`, MINISIG_MAX_BYTES);
-    if (own.text !== undefined) {
-      const sig = parseSignature(own.text, `${name}.minisig`);
+    // Probed: a bucket answers 403 for a missing key to a reader without the right to list it.
+    const own = await fetch(`${name}.minisig`, MINISIG_MAX_BYTES, [403, 404]);
+    if (own.bytes !== undefined) {
+      const sig = parseSignature(own.bytes.toString("utf8"), `${name}.minisig`);
       return {
         signed: "artifact",
         sig,
@@ -597,18 +598,19 @@ export class OperatorService {
       };
     }
     const sums = await fetch("SHA256SUMS.minisig", MINISIG_MAX_BYTES);
-    if (sums.text === undefined)
+    if (sums.bytes === undefined)
       throw new UpdateFailure(
         "signature_missing",
         `trusted keys are configured, and neither ${own.url} nor ${sums.url} exists`,
       );
-    const sig = parseSignature(sums.text, "SHA256SUMS.minisig");
+    const sig = parseSignature(sums.bytes.toString("utf8"), "SHA256SUMS.minisig");
     const key = checkSignature(sig, this.trustedKeys, "SHA256SUMS.minisig");
     const list = await fetch("SHA256SUMS", SHA256SUMS_MAX_BYTES);
-    if (list.text === undefined)
+    if (list.bytes === undefined)
       throw new UpdateFailure("signature_missing", `${sums.url} exists but ${list.url} does not`);
-    verifyDigest(sig, key, createHash("blake2b512").update(list.text, "utf8").digest(), "SHA256SUMS");
-    const sha256 = checksumFor(list.text, name);
+    // The signature is over the file's bytes as published, not over a decoding of them.
+    verifyDigest(sig, key, createHash("blake2b512").update(list.bytes).digest(), "SHA256SUMS");
+    const sha256 = checksumFor(list.bytes.toString("utf8"), name);
     if (!sha256)
       throw new UpdateFailure("checksum_unavailable", `the signed ${list.url} does not list ${name}`);
     return { signed: "SHA256SUMS", sig, key, file: "SHA256SUMS", sha256 };
