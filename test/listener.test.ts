@@ -262,6 +262,29 @@ test("HOSTKEEPER_ALLOWED_CIDRS closes other connections before any HTTP", async 
   });
 });
 
+test("on a dual-stack listener, IPv4 peers arrive IPv4-mapped and are judged as IPv4", async (t) => {
+  const caddy = await startCaddy(t);
+  const dataDir = mkdtempSync(join(tmpdir(), "hk-cidr6-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const port = await freePort();
+  await started(
+    t,
+    {
+      HOSTKEEPER_DATA_DIR: dataDir,
+      HOSTKEEPER_TOKEN: TOKEN,
+      HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+      HOSTKEEPER_LISTEN: `[::]:${port}`,
+      HOSTKEEPER_ALLOW_PLAINTEXT: "true",
+      HOSTKEEPER_ALLOWED_CIDRS: "127.0.0.2,::1/128",
+    },
+    port,
+  );
+  // The agent sees ::ffff:127.0.0.1, ::ffff:127.0.0.2 and ::1.
+  assert.deepEqual(await rawExchange(port, "127.0.0.1", "127.0.0.1"), { received: "", closedBy: "peer" });
+  assert.match((await rawExchange(port, "127.0.0.1", "127.0.0.2")).received, /^HTTP\/1\.1 200/);
+  assert.match((await rawExchange(port, "::1", "::1")).received, /^HTTP\/1\.1 200/);
+});
+
 test("address sets: IPv4, IPv6, IPv4-mapped IPv6 and bare addresses", () => {
   const set = new AddressSet(["127.0.0.2/32", "10.0.0.0/8", "fd00::/8", "192.0.2.7"]);
   assert.ok(set.has("127.0.0.2"));
