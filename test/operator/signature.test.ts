@@ -4,6 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { loadConfig } from "../../src/settings.js";
 import { freePort } from "../../support/loopback.js";
 import { buildTestApp } from "../helpers/app.js";
 import type { HostedFile } from "../helpers/artifact-servers.js";
@@ -187,4 +188,30 @@ test("signed operator artifacts: minisign signatures decide what runs", { timeou
     });
     await failsWith("sig-7c", "7.0.2", "signature_mismatch");
   });
+});
+
+test("HOSTKEEPER_OPERATOR_TRUSTED_KEYS: key lines or whole minisign.pub files; anything else is refused", () => {
+  const dir = mkdtempSync(join(tmpdir(), "hk-sig-keys-"));
+  try {
+    const a = keypair(dir, "a");
+    const b = keypair(dir, "b");
+    const load = (raw: unknown) =>
+      loadConfig({ env: {}, file: { operatorTrustedKeys: raw } }).operator.trustedKeys;
+    assert.deepEqual(
+      load([a.line, b.pub]),
+      [a.line, b.line],
+      "a config-file list, a .pub file's text included",
+    );
+    assert.deepEqual(
+      loadConfig({ env: { HOSTKEEPER_OPERATOR_TRUSTED_KEYS: `${a.line}, ${b.line}` } }).operator.trustedKeys,
+      [a.line, b.line],
+    );
+    assert.throws(
+      () => load("RWQnotakey"),
+      /operatorTrustedKeys .*is not a minisign public key/,
+    );
+    assert.throws(() => load(`${a.line},${a.line}`), /the same key id twice/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
