@@ -206,10 +206,7 @@ test("HOSTKEEPER_OPERATOR_TRUSTED_KEYS: key lines or whole minisign.pub files; a
       loadConfig({ env: { HOSTKEEPER_OPERATOR_TRUSTED_KEYS: `${a.line}, ${b.line}` } }).operator.trustedKeys,
       [a.line, b.line],
     );
-    assert.throws(
-      () => load("RWQnotakey"),
-      /operatorTrustedKeys .*is not a minisign public key/,
-    );
+    assert.throws(() => load("RWQnotakey"), /operatorTrustedKeys .*is not a minisign public key/);
     assert.throws(() => load(`${a.line},${a.line}`), /the same key id twice/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
