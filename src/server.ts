@@ -28,6 +28,7 @@ export async function serve(): Promise<void> {
     );
   // Before anything starts: plain HTTP beyond loopback is refused with the reason.
   checkPlaintext(config.agent.listen, config.listener);
+  const listener = new Listener(config.listener, logger.child({ component: "listener" }));
   // Secrets stay out of the environment of every child the agent starts (Caddy, package managers, operator).
   delete process.env.HOSTKEEPER_TOKEN;
   delete process.env.HOSTKEEPER_WEBHOOK_SECRET;
@@ -48,7 +49,6 @@ export async function serve(): Promise<void> {
     await embeddedCaddy.start();
     config.proxy.caddyAdmin = embeddedCaddy.address;
   }
-  const listener = new Listener(config.listener, logger.child({ component: "listener" }));
   const app = await buildApp({
     config,
     logger,

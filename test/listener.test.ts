@@ -327,7 +327,7 @@ test("plain HTTP beyond loopback refuses to start, with the reason; HOSTKEEPER_A
   assert.equal(allowed.child.exitCode, null);
 });
 
-test("a certificate without its key is a configuration error", async (t) => {
+test("a certificate without its key, or with another's, is a configuration error", async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), "hk-pair-"));
   t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const port = await freePort();
@@ -341,4 +341,25 @@ test("a certificate without its key is a configuration error", async (t) => {
   );
   assert.equal(await agent.exited, 2);
   assert.match(agent.log(), /HOSTKEEPER_TLS_CERT: needs HOSTKEEPER_TLS_KEY too/);
+
+  // A certificate with another certificate's key: refused before anything starts, naming the files.
+  const a = mkdtempSync(join(tmpdir(), "hk-pair-a-"));
+  const b = mkdtempSync(join(tmpdir(), "hk-pair-b-"));
+  t.after(() => {
+    rmSync(a, { recursive: true, force: true });
+    rmSync(b, { recursive: true, force: true });
+  });
+  makeTestCa(a);
+  makeTestCa(b);
+  const mismatched = spawnAgent(
+    {
+      HOSTKEEPER_DATA_DIR: dataDir,
+      HOSTKEEPER_CADDY_ADMIN: `http://127.0.0.1:${await freePort()}`,
+      HOSTKEEPER_TLS_CERT: join(a, "server.crt"),
+      HOSTKEEPER_TLS_KEY: join(b, "server.key"),
+    },
+    port,
+  );
+  assert.equal(await mismatched.exited, 2);
+  assert.match(mismatched.log(), /HOSTKEEPER_TLS_CERT: cannot use .*server\.crt with .*server\.key/);
 });

@@ -88,6 +88,8 @@ const REFUSAL_LOG_EVERY_MS = 60_000;
 export class Listener {
   readonly factory: FastifyServerFactory;
   private readonly files: TlsFiles | undefined;
+  /** The TLS files as read at start, before anything else starts (a ConfigError when they do not load). */
+  private readonly initial: ReturnType<typeof loadTls> | undefined;
   private readonly allowed: AddressSet | undefined;
   private seen = "";
   private readonly watchers: FSWatcher[] = [];
@@ -103,6 +105,10 @@ export class Listener {
       c.tlsCert === undefined || c.tlsKey === undefined
         ? undefined
         : { cert: c.tlsCert, key: c.tlsKey, clientCa: c.tlsClientCa };
+    if (this.files) {
+      this.seen = fingerprint(this.files);
+      this.initial = this.loadOrExplain(this.files);
+    }
     this.allowed = c.allowedCidrs.length > 0 ? new AddressSet(c.allowedCidrs) : undefined;
     this.factory = (handler, opts) => this.create(handler, opts) as http.Server;
   }
@@ -117,9 +123,8 @@ export class Listener {
     // where the edge's hook answers it as a problem.
     const base = { requireHostHeader: false };
     let server: http.Server | https.Server;
-    if (this.files) {
-      this.seen = fingerprint(this.files);
-      const { options, cert } = this.loadOrExplain(this.files);
+    if (this.files && this.initial) {
+      const { options, cert } = this.initial;
       const clientCerts = this.files.clientCa !== undefined;
       server = https.createServer(
         { ...base, ...options, requestCert: clientCerts, rejectUnauthorized: clientCerts },
