@@ -9,7 +9,8 @@ import { UpdateFailure } from "./failure.js";
  * BLAKE2b-512 of the file (minisign's default, prehashed form), `trusted comment: <text>`, and base64 of the
  * global signature over `signature || <text>`, which is what makes the comment trustworthy. The legacy form
  * (`"Ed"`, a signature over the whole file, `minisign -S -l`) is refused: it needs the whole artifact in
- * memory and every minisign since 0.8 can verify the prehashed form.
+ * memory, minisign signs prehashed by default since 0.10 (with `-H` since 0.6), and upstream plans to drop
+ * the legacy form.
  */
 export interface TrustedKey {
   /** The key id as minisign prints it (16 upper-case hex digits). */
