@@ -1,6 +1,6 @@
 import { SerializerSelector } from "@fastify/fast-json-stringify-compiler";
 import type { TypeBoxTypeProvider } from "@fastify/type-provider-typebox";
-import Fastify, { type FastifyBaseLogger } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyServerFactory } from "fastify";
 import type { Logger } from "pino";
 import { DenyList } from "./events/egress.js";
 import { Outbox, outboxMigrations } from "./events/outbox.js";
@@ -71,6 +71,8 @@ export interface AppOptions {
   embeddedCaddy?: SupervisedCaddy;
   /** The clock of token expiry, rate limits and the audit trail; tests pass one they control. */
   now?: () => number;
+  /** Makes the HTTP(S) server (server.ts: TLS and allowed addresses); default Fastify's own HTTP server. */
+  serverFactory?: FastifyServerFactory;
 }
 
 declare module "fastify" {
@@ -95,7 +97,13 @@ declare module "fastify" {
  * It does not listen (server.ts does), so tests build it and listen on port 0 or inject.
  * `config.proxy.caddyAdmin` must be resolved by now (server.ts starts the embedded Caddy first).
  */
-export async function buildApp({ config, logger, embeddedCaddy, now = Date.now }: AppOptions): Promise<App> {
+export async function buildApp({
+  config,
+  logger,
+  embeddedCaddy,
+  now = Date.now,
+  serverFactory,
+}: AppOptions): Promise<App> {
   const { agent, access: accessConfig, events, proxy, system } = config;
   const caddyAddress = proxy.caddyAdmin;
   if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
@@ -146,6 +154,7 @@ export async function buildApp({ config, logger, embeddedCaddy, now = Date.now }
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     // Node would answer a missing Host itself, in plain text; the edge's hook answers it as a problem.
     http: { requireHostHeader: false },
+    ...(serverFactory ? { serverFactory } : {}),
     loggerInstance: logger as FastifyBaseLogger,
     genReqId,
     bodyLimit: agent.bodyLimit,

@@ -10,6 +10,7 @@ import {
 } from "./config.js";
 import { eventSettings } from "./events/settings.js";
 import { accessSettings } from "./http/settings.js";
+import { checkListenerPairs, listenerSettings } from "./listener/settings.js";
 import { operatorSettings } from "./operator/settings.js";
 import { proxySettings } from "./proxy/settings.js";
 import { systemSettings } from "./system/settings.js";
@@ -104,6 +105,7 @@ export const agentSettings = {
 export const settingGroups = {
   agent: agentSettings,
   access: accessSettings,
+  listener: listenerSettings,
   events: eventSettings,
   proxy: proxySettings,
   system: systemSettings,
@@ -123,6 +125,7 @@ export function loadConfig(source: ConfigSource): AppConfig {
   for (const [name, group] of Object.entries(settingGroups)) {
     out[name] = resolveSettings(group as Record<string, Setting<unknown>>, source);
   }
+  checkListenerPairs((out as AppConfig).listener);
   return out as AppConfig;
 }
 

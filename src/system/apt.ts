@@ -10,6 +10,7 @@ import {
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
+import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { type ChangelogEntry, changelogAdvisories, readDebChangelog } from "./apt-changelog.js";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import type { LockHolder } from "./errors.js";
@@ -188,15 +189,14 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
   private readonly changelogs = new Map<string, { source: string; entries: ChangelogEntry[] } | undefined>();
 
   constructor(private readonly o: AptOptions) {
-    this.env = {
-      ...o.env,
+    this.env = childEnv(o.env, CHILD_ENV.packages, {
       LC_ALL: "C",
       DEBIAN_FRONTEND: "noninteractive",
       APT_LISTCHANGES_FRONTEND: "none",
       // needrestart's apt hook only lists what would need a restart; it never restarts services or asks.
       NEEDRESTART_MODE: "l",
       ...(o.aptConfig === undefined ? {} : { APT_CONFIG: o.aptConfig }),
-    };
+    });
   }
 
   async check(): Promise<PackageUpdate[]> {

@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import type { LockHolder } from "./errors.js";
 import {
@@ -193,7 +194,7 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
   private readonly base: string[];
 
   constructor(private readonly o: DnfOptions) {
-    this.env = { ...o.env, LC_ALL: "C", TZ: "UTC" };
+    this.env = childEnv(o.env, CHILD_ENV.packages, { LC_ALL: "C", TZ: "UTC" });
     const root = o.installroot;
     this.base = [
       "-q",

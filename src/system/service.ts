@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import type { Outbox } from "../events/outbox.js";
 import { type Metrics, type PackageOperationOutcome, secondsSince } from "../metrics/metrics.js";
 import type { Db, Migration } from "../store/db.js";
+import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { settledWithin } from "../util/timers.js";
 import {
   type ApplyRow,
@@ -602,7 +603,7 @@ export class SystemService {
       });
     }
     this.o.log.warn({ command: this.o.rebootCommand, apply_id: id }, "running the reboot command");
-    const child = spawn(file, args, { env: this.o.env, stdio: "ignore" });
+    const child = spawn(file, args, { env: childEnv(this.o.env, CHILD_ENV.reboot), stdio: "ignore" });
     this.rebootChild = child;
     child.once("error", (err) => {
       this.o.log.error({ err }, "the reboot command could not be started");
