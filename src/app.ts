@@ -30,6 +30,7 @@ import { CaddyAdmin } from "./proxy/caddy-admin.js";
 import { registerProxyRoutes } from "./proxy/routes.js";
 import { proxySharedSchemas } from "./proxy/schemas.js";
 import { proxyMigrations, RouteService } from "./proxy/service.js";
+import { caddyDuration } from "./proxy/streams.js";
 import { RouteWriter } from "./proxy/writer.js";
 import type { AppConfig } from "./settings.js";
 import { type Db, openDatabase } from "./store/db.js";
@@ -136,6 +137,9 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     metrics,
     server: proxy.caddyServer,
     listen: proxy.caddyListen,
+    ...(proxy.caddyGracePeriodMs > 0
+      ? { httpApp: { grace_period: caddyDuration(proxy.caddyGracePeriodMs) } }
+      : {}),
     log: logger.child({ component: "route-writer" }),
   });
   const routes = new RouteService({
@@ -146,6 +150,8 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     deny,
     operatorRouteId: proxy.operatorDomain,
     firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
+    streamCloseDelayMs: proxy.caddyStreamCloseDelayMs,
+    gracePeriodMs: proxy.caddyGracePeriodMs,
     log: logger.child({ component: "routes" }),
   });
   const systemService = new SystemService({
@@ -203,6 +209,7 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
   registerMetricsRoutes(app, metrics);
 
   app.addHook("onReady", async () => {
+    await routes.conformCaddy();
     outbox.start();
     operator.start();
   });

@@ -36,6 +36,8 @@ export interface CaddyRoutesOptions {
   server: string;
   /** Listen addresses of the managed server when it has to be created. */
   listen: readonly string[];
+  /** Fields Caddy's HTTP app gets when it has to be created (`grace_period`). */
+  httpApp?: Record<string, unknown>;
 }
 
 /** Up to this many changed ids are verified one by one; more, by one read of all routes. */
@@ -174,6 +176,46 @@ export class CaddyRoutes {
     return true;
   }
 
+  /**
+   * Rewrites every route `transform` changes, as one change with If-Match (one reload; none when no route
+   * changes); returns how many changed. Re-reads and tries once more when the routes changed meanwhile.
+   */
+  async conform(transform: (route: RouteJson) => RouteJson): Promise<number> {
+    this.cache = undefined;
+    for (let attempt = 0; ; attempt++) {
+      const state = await this.read();
+      if (!state.routesPresent) return 0;
+      let changed = 0;
+      const routes = state.routes.map((r) => {
+        const out = transform(r);
+        if (out !== r) changed++;
+        return out;
+      });
+      if (changed === 0) return 0;
+      try {
+        await this.admin.write("PATCH", this.routesPath, routes, state.etag);
+        return changed;
+      } catch (err) {
+        if (!(err instanceof CaddyApiError && err.status === 412) || attempt > 0) throw err;
+      }
+    }
+  }
+
+  /**
+   * Sets `key` of Caddy's HTTP app to `value` when it holds another; true when it did. An absent app is
+   * left alone: the agent creates it with the value when it creates the managed server.
+   */
+  async setHttpAppField(key: string, value: unknown): Promise<boolean> {
+    const path = `/config/apps/http/${key}`;
+    const now = await this.admin.read(path);
+    if (now.status === 400 || now.status === 404) return false;
+    if (now.status !== 200) throw new CaddyApiError(now.status, caddyErrorText(now));
+    if (canonicalJson(JSON.parse(now.text)) === canonicalJson(value)) return false;
+    // POST sets an object's key whether or not it exists; If-Match keeps it off a concurrent change.
+    await this.admin.write("POST", path, value, now.etag);
+    return true;
+  }
+
   /** Missing intermediate keys read as 400 ("invalid traversal path"); confirm the server is really absent. */
   private async serverMissing(status: number): Promise<boolean> {
     if (status !== 400 && status !== 404) return false;
@@ -237,7 +279,8 @@ export class CaddyRoutes {
       node = (node as Record<string, unknown>)[chain[depth] as string];
       depth++;
     }
-    for (let i = chain.length - 1; i > depth; i--) value = { [chain[i] as string]: value };
+    for (let i = chain.length - 1; i > depth; i--)
+      value = { ...(chain[i - 1] === "http" ? this.opts.httpApp : {}), [chain[i] as string]: value };
     if (state.config === null || state.config === undefined) {
       return this.admin.write("POST", "/config/", { [chain[0] as string]: value }, ifMatch);
     }

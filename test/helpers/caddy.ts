@@ -161,3 +161,23 @@ export async function startRefusableCaddy(
     accept: () => renameSync(`${cert}.away`, cert),
   };
 }
+
+/**
+ * A sample from Caddy's admin `/metrics`: the value of the line for `name` whose labels include every
+ * `labels` pair (`name{a="b",...} value`); NaN when there is none. Sums matching lines.
+ */
+export async function caddyMetric(
+  admin: CaddyAdmin,
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number> {
+  const text = (await admin.read("/metrics")).text;
+  let sum = Number.NaN;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith(`${name} `) && !line.startsWith(`${name}{`)) continue;
+    const labelText = line.startsWith(`${name}{`) ? line.slice(name.length + 1, line.indexOf("}")) : "";
+    if (!Object.entries(labels).every(([k, v]) => labelText.includes(`${k}="${v}"`))) continue;
+    sum = (Number.isNaN(sum) ? 0 : sum) + Number(line.slice(line.lastIndexOf(" ") + 1));
+  }
+  return sum;
+}
