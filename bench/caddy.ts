@@ -30,23 +30,21 @@ export async function startBenchCaddy(
   const tlsPort = opts.tlsHost ? await freePort() : undefined;
   const home = join(dir, name);
   mkdirSync(home, { recursive: true });
-  const servers: Record<string, unknown> = {
-    srv0: { listen: [`127.0.0.1:${httpPort}`], automatic_https: { disable: true }, routes: [] },
+  const srv0: Record<string, unknown> = {
+    listen: [`127.0.0.1:${httpPort}`],
+    automatic_https: { disable: true },
+    routes: [],
   };
-  const apps: Record<string, unknown> = { http: { servers } };
+  const http: Record<string, unknown> = { servers: { srv0 } };
+  const apps: Record<string, unknown> = { http };
   if (opts.tlsHost && tlsPort) {
-    // The TLS listener proxies to the plain one, so a route change on srv0 reloads both.
-    servers.tls = {
-      listen: [`127.0.0.1:${tlsPort}`],
-      routes: [
-        {
-          handle: [{ handler: "reverse_proxy", upstreams: [{ dial: `127.0.0.1:${httpPort}` }] }],
-        },
-      ],
-      tls_connection_policies: [{}],
-      automatic_https: { disable_redirects: true },
-    };
+    // One server on both ports: Caddy serves TLS (HTTP/2) on every listener but the app's http_port.
+    srv0.listen = [`127.0.0.1:${httpPort}`, `127.0.0.1:${tlsPort}`];
+    srv0.tls_connection_policies = [{}];
+    http.http_port = httpPort;
+    http.https_port = tlsPort;
     apps.tls = {
+      certificates: { automate: [opts.tlsHost] },
       automation: { policies: [{ subjects: [opts.tlsHost], issuers: [{ module: "internal" }] }] },
     };
     apps.pki = { certificate_authorities: { local: { install_trust: false } } };
@@ -102,11 +100,22 @@ export async function admin(
   }
 }
 
-/** A metric's value (the first sample line without labels' `#`) from a Prometheus text page. */
-const sample = (text: string, name: string): number => {
-  const line = text.split("\n").find((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`));
-  return line ? Number(line.slice(line.lastIndexOf(" ") + 1)) : Number.NaN;
-};
+/** The sum of a metric's samples whose labels include every `labels` pair; NaN when there is none. */
+function sample(text: string, name: string, labels: Record<string, string> = {}): number {
+  let sum = Number.NaN;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith(`${name} `) && !line.startsWith(`${name}{`)) continue;
+    const labelText = line.startsWith(`${name}{`) ? line.slice(name.length + 1, line.indexOf("}")) : "";
+    if (!Object.entries(labels).every(([k, v]) => labelText.includes(`${k}="${v}"`))) continue;
+    sum = (Number.isNaN(sum) ? 0 : sum) + Number(line.slice(line.lastIndexOf(" ") + 1));
+  }
+  return sum;
+}
+
+/** A metric from Caddy's admin `/metrics`. */
+export async function caddyMetric(c: BenchCaddy, name: string, labels: Record<string, string> = {}) {
+  return sample((await admin(c, "GET", "/metrics")).body, name, labels);
+}
 
 export interface CaddyMemory {
   /** Time of Caddy's last successful config load (seconds, fractional): a new value means a reload. */
@@ -142,3 +151,45 @@ export const benchRoute = (id: string, dial: string, streamCloseDelay?: string) 
   ],
   terminal: true,
 });
+
+export const BENCH_TOKEN = "bench-token-0123456789abcdef";
+
+/**
+ * The agent of the checkout at `root`, run as `npm start` runs it, on `c`'s admin API; `call` is an
+ * authenticated request to its API.
+ */
+export async function startBenchAgent(dir: string, c: BenchCaddy, root: string) {
+  const port = await freePort();
+  const child = spawn(join(root, "scripts/start"), [], {
+    cwd: root,
+    stdio: ["ignore", "ignore", "inherit"],
+    env: {
+      PATH: process.env.PATH,
+      HOSTKEEPER_LISTEN: `127.0.0.1:${port}`,
+      HOSTKEEPER_DATA_DIR: join(dir, "agent"),
+      HOSTKEEPER_TOKEN: BENCH_TOKEN,
+      HOSTKEEPER_CADDY_ADMIN: `http://127.0.0.1:${c.adminPort}`,
+      HOSTKEEPER_LOG_LEVEL: "warn",
+    },
+  });
+  const stop = () => {
+    if (child.pid && child.exitCode === null) process.kill(child.pid, "SIGKILL");
+  };
+  const end = Date.now() + 30_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`the agent exited with ${child.exitCode}`);
+    const up = await httpRequest(port, "GET", "/readyz").then(
+      (r) => r.status === 200,
+      () => false,
+    );
+    if (up) break;
+    if (Date.now() > end) {
+      stop();
+      throw new Error("the agent did not become ready");
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const call = (method: string, path: string, body?: unknown) =>
+    httpRequest(port, method, path, { body, headers: { authorization: `Bearer ${BENCH_TOKEN}` } });
+  return { child, stop, call };
+}

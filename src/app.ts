@@ -209,7 +209,8 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
   registerMetricsRoutes(app, metrics);
 
   app.addHook("onReady", async () => {
-    await routes.conformCaddy();
+    // In the writer's queue, ahead of any change, without holding up the start on a slow or absent Caddy.
+    void routes.conformCaddy();
     outbox.start();
     operator.start();
   });

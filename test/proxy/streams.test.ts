@@ -181,11 +181,12 @@ test("at start the agent gives existing routes stream_close_delay and Caddy's HT
   };
   const plain = { match: [{ path: ["/static"] }], handle: [{ handler: "static_response", body: "s" }] };
   await caddy.admin.write("PATCH", routesPath, [foreign, plain]);
-  await buildTestApp(t, {
+  const first = await buildTestApp(t, {
     HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
     HOSTKEEPER_CADDY_STREAM_CLOSE_DELAY_MS: "90000",
     HOSTKEEPER_CADDY_GRACE_PERIOD_MS: "7000",
   });
+  await first.app.services.writer.whenIdle();
   const routes = JSON.parse((await caddy.admin.read(routesPath)).text);
   assert.deepEqual(routes, [
     { ...foreign, handle: [{ ...foreign.handle[0], stream_close_delay: "90s" }] },
@@ -195,11 +196,12 @@ test("at start the agent gives existing routes stream_close_delay and Caddy's HT
 
   // A second start finds nothing to change: no reload.
   const reload = await lastReload(caddy);
-  await buildTestApp(t, {
+  const second = await buildTestApp(t, {
     HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
     HOSTKEEPER_CADDY_STREAM_CLOSE_DELAY_MS: "90000",
     HOSTKEEPER_CADDY_GRACE_PERIOD_MS: "7000",
   });
+  await second.app.services.writer.whenIdle();
   assert.equal(await lastReload(caddy), reload);
 });
 
