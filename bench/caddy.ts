@@ -56,7 +56,12 @@ export async function startBenchCaddy(
   );
   const child = spawn(fetchedCaddyBinary, ["run", "--config", cfg], {
     stdio: "ignore",
-    env: { ...process.env, XDG_CONFIG_HOME: join(home, "cfg"), XDG_DATA_HOME: join(home, "data"), HOME: home },
+    env: {
+      ...process.env,
+      XDG_CONFIG_HOME: join(home, "cfg"),
+      XDG_DATA_HOME: join(home, "data"),
+      HOME: home,
+    },
   });
   const end = Date.now() + 20_000;
   for (;;) {

@@ -43,11 +43,12 @@ interface Stats {
 const zero = (): Stats => ({ ok: 0, failed: 0, retried: 0, reasons: {} });
 const fail = (s: Stats, err: unknown) => {
   s.failed++;
-  const why = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+  const e = err as NodeJS.ErrnoException;
+  const why = e.code === "ERR_HTTP2_STREAM_ERROR" || !e.code ? e.message : e.code;
   s.reasons[why] = (s.reasons[why] ?? 0) + 1;
 };
 
-type Kind = "h1" | "h1-retry" | "h2";
+type Kind = "h1" | "h1-retry" | "h2" | "h2-retry";
 
 function h1Get(port: number, agent: http.Agent): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -82,7 +83,16 @@ async function h1Client(port: number, retry: boolean, stats: () => Stats, runnin
   agent.destroy();
 }
 
-async function h2Client(port: number, ca: string, stats: () => Stats, running: () => boolean) {
+/** A stream the server refused before processing it (RFC 9113 8.7): safe to send again, as browsers do. */
+const refused = (err: unknown) => /REFUSED_STREAM|GOAWAY/.test((err as Error).message);
+
+async function h2Client(
+  port: number,
+  ca: string,
+  retry: boolean,
+  stats: () => Stats,
+  running: () => boolean,
+) {
   let session: http2.ClientHttp2Session | undefined;
   const open = () => {
     const s = http2.connect(`https://127.0.0.1:${port}`, { servername: HOST, ca });
@@ -96,27 +106,39 @@ async function h2Client(port: number, ca: string, stats: () => Stats, running: (
     });
     return s;
   };
-  while (running()) {
-    session ??= open();
-    const s = session;
-    try {
-      await new Promise<void>((resolve, reject) => {
-        const req = s.request({ ":path": "/", ":authority": HOST });
-        req.setTimeout(10_000, () => req.close(http2.constants.NGHTTP2_CANCEL));
-        let status = 0;
-        req.on("response", (h) => {
-          status = Number(h[":status"]);
-        });
-        req.on("error", reject);
-        req.resume();
-        req.on("end", () => (status === 200 ? resolve() : reject(new Error(`HTTP ${status}`))));
-        req.on("close", () => reject(new Error("stream closed")));
-        req.end();
+  const once = (s: http2.ClientHttp2Session) =>
+    new Promise<void>((resolve, reject) => {
+      const req = s.request({ ":path": "/", ":authority": HOST });
+      req.setTimeout(10_000, () => req.close(http2.constants.NGHTTP2_CANCEL));
+      let status = 0;
+      req.on("response", (h) => {
+        status = Number(h[":status"]);
       });
+      req.on("error", reject);
+      req.resume();
+      req.on("end", () => (status === 200 ? resolve() : reject(new Error(`HTTP ${status}`))));
+      req.on("close", () => reject(new Error("stream closed")));
+      req.end();
+    });
+  const next = () => {
+    if (session?.closed || session?.destroyed) session = undefined;
+    session ??= open();
+    return session;
+  };
+  while (running()) {
+    try {
+      await once(next());
       stats().ok++;
     } catch (err) {
-      fail(stats(), err);
-      if (session === s && (s.closed || s.destroyed)) session = undefined;
+      if (retry && refused(err)) {
+        stats().retried++;
+        try {
+          await once(next());
+          stats().ok++;
+        } catch (again) {
+          fail(stats(), again);
+        }
+      } else fail(stats(), err);
     }
   }
   session?.close();
@@ -137,11 +159,13 @@ export async function keepAliveBench(): Promise<KeepAliveRow[]> {
   await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
   const upPort = (upstream.address() as AddressInfo).port;
   let caddy: BenchCaddy | undefined;
-  let stopAgent = () => undefined as void;
+  let stopAgent: () => void = () => undefined;
   try {
     caddy = await startBenchCaddy(dir, "ka", { tlsHost: HOST });
     const c = caddy;
-    const base = Array.from({ length: ROUTES }, (_, i) => benchRoute(`load${i}.keepalive.test`, "127.0.0.1:9"));
+    const base = Array.from({ length: ROUTES }, (_, i) =>
+      benchRoute(`load${i}.keepalive.test`, "127.0.0.1:9"),
+    );
     const loaded = await admin(c, "PATCH", routesPath, base);
     if (loaded.status !== 200) throw new Error(`loading routes: ${loaded.status} ${loaded.body}`);
     const agent = await startBenchAgent(dir, c, process.env.BENCH_AGENT_ROOT ?? projectRoot());
@@ -179,19 +203,51 @@ export async function keepAliveBench(): Promise<KeepAliveRow[]> {
       ],
       [
         "100 concurrent deletes",
-        () => Promise.all(others.map((id) => expect(call("DELETE", `/v1/proxy/routes/${id}`), 204, "delete"))),
+        () =>
+          Promise.all(others.map((id) => expect(call("DELETE", `/v1/proxy/routes/${id}`), 204, "delete"))),
       ],
     ];
 
     const rows: KeepAliveRow[] = [];
     for (const [phase, run] of phases) {
-      const results: Record<Kind, Stats> = { h1: zero(), "h1-retry": zero(), h2: zero() };
+      const results: Record<Kind, Stats> = { h1: zero(), "h1-retry": zero(), h2: zero(), "h2-retry": zero() };
       let running = true;
       const clients: Promise<void>[] = [];
       for (let i = 0; i < CLIENTS; i++) {
-        clients.push(h1Client(c.httpPort, false, () => results.h1, () => running));
-        clients.push(h1Client(c.httpPort, true, () => results["h1-retry"], () => running));
-        clients.push(h2Client(c.tlsPort as number, ca, () => results.h2, () => running));
+        clients.push(
+          h1Client(
+            c.httpPort,
+            false,
+            () => results.h1,
+            () => running,
+          ),
+        );
+        clients.push(
+          h1Client(
+            c.httpPort,
+            true,
+            () => results["h1-retry"],
+            () => running,
+          ),
+        );
+        clients.push(
+          h2Client(
+            c.tlsPort as number,
+            ca,
+            false,
+            () => results.h2,
+            () => running,
+          ),
+        );
+        clients.push(
+          h2Client(
+            c.tlsPort as number,
+            ca,
+            true,
+            () => results["h2-retry"],
+            () => running,
+          ),
+        );
       }
       // Warm: every client has its connection before the changes start.
       await new Promise((r) => setTimeout(r, 500));
@@ -224,14 +280,18 @@ async function adminWrites(c: BenchCaddy): Promise<number> {
 }
 
 export function keepAliveTable(rows: KeepAliveRow[]): string {
+  const why = (s: Stats) =>
+    Object.entries(s.reasons)
+      .map(([k, n]) => `${n} ${k.replace(/^Stream closed with error code /, "")}`)
+      .join(", ");
   const cell = (s: Stats, retry = false) =>
-    `${s.failed} / ${s.ok + s.failed}${retry ? ` (${s.retried} retried)` : ""}`;
+    `${s.failed} / ${s.ok + s.failed}${retry ? `, ${s.retried} retried` : ""}${s.failed > 0 ? ` (${why(s)})` : ""}`;
   return [
-    "| phase (other routes changing) | routes | Caddy config writes | HTTP/1.1 no retry: failed / sent | HTTP/1.1 retrying: failed / sent | HTTP/2 TLS: failed / sent |",
-    "|---|---|---|---|---|---|",
+    "| phase (other routes changing) | routes | Caddy config writes | HTTP/1.1 no retry: failed / sent | HTTP/1.1 retrying: failed / sent | HTTP/2 TLS no retry: failed / sent | HTTP/2 TLS retrying refused streams: failed / sent |",
+    "|---|---|---|---|---|---|---|",
     ...rows.map(
       (r) =>
-        `| ${r.phase} | ${r.routes} | ${r.adminWrites} | ${cell(r.results.h1)} | ${cell(r.results["h1-retry"], true)} | ${cell(r.results.h2)} |`,
+        `| ${r.phase} | ${r.routes} | ${r.adminWrites} | ${cell(r.results.h1)} | ${cell(r.results["h1-retry"], true)} | ${cell(r.results.h2)} | ${cell(r.results["h2-retry"], true)} |`,
     ),
   ].join("\n");
 }
@@ -240,7 +300,6 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   keepAliveBench().then(
     (rows) => {
       console.log(keepAliveTable(rows));
-      for (const r of rows) console.log(r.phase, JSON.stringify(Object.fromEntries(Object.entries(r.results).map(([k, v]) => [k, v.reasons]))));
       process.exit(0);
     },
     (err: unknown) => {

@@ -551,7 +551,8 @@ export class RouteService {
     const started = performance.now();
     // Every route the agent writes, whoever asked (the API, a restore, the operator's switch), keeps its
     // upgraded streams across reloads for the configured delay.
-    if (op.kind !== "delete") op = { ...op, route: withStreamCloseDelay(op.route, this.o.streamCloseDelayMs) };
+    if (op.kind !== "delete")
+      op = { ...op, route: withStreamCloseDelay(op.route, this.o.streamCloseDelayMs) };
     let changeId: number | undefined;
     const firstAttempts: Promise<boolean>[] = [];
     const requested = op.kind === "delete" ? null : JSON.stringify(op.route);

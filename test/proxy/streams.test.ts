@@ -45,7 +45,11 @@ test("a websocket through one route keeps echoing across changes to other routes
   });
   const echo = await echoServer(t);
   const other = await echoServer(t, "other");
-  const created = await call({ method: "POST", url: "/v1/proxy/routes", payload: write("a.streams.test", echo.port) });
+  const created = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: write("a.streams.test", echo.port),
+  });
   assert.equal(created.statusCode, 201, created.body);
   assert.equal(created.json().handle[0].stream_close_delay, "2m");
 
@@ -149,7 +153,10 @@ test("a change that changes nothing is answered and recorded without a write to 
 
   const res = await call({ method: "PUT", url: "/v1/proxy/routes/same.streams.test", payload: body });
   assert.equal(res.statusCode, 200, res.body);
-  assert.deepEqual(res.json(), (await call({ method: "GET", url: "/v1/proxy/routes/same.streams.test" })).json());
+  assert.deepEqual(
+    res.json(),
+    (await call({ method: "GET", url: "/v1/proxy/routes/same.streams.test" })).json(),
+  );
 
   assert.equal(await lastReload(caddy), reload, "no reload");
   assert.equal(await writes(), patches, "no write reached Caddy");
@@ -212,7 +219,11 @@ test("a managed server the agent creates comes with the grace_period", { timeout
     HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${caddy.httpPort}`,
   });
   const echo = await echoServer(t);
-  const res = await call({ method: "POST", url: "/v1/proxy/routes", payload: write("new.streams.test", echo.port) });
+  const res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: write("new.streams.test", echo.port),
+  });
   assert.equal(res.statusCode, 201, res.body);
   assert.equal(JSON.parse((await caddy.admin.read("/config/apps/http/grace_period")).text), "10s");
 });
