@@ -8,6 +8,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fetchedCaddyBinary } from "../src/proxy/settings.js";
 import { freePort, httpRequest } from "../support/loopback.js";
+import { metricSample } from "../support/prometheus.js";
 
 export interface BenchCaddy {
   adminPort: number;
@@ -105,21 +106,9 @@ export async function admin(
   }
 }
 
-/** The sum of a metric's samples whose labels include every `labels` pair; NaN when there is none. */
-function sample(text: string, name: string, labels: Record<string, string> = {}): number {
-  let sum = Number.NaN;
-  for (const line of text.split("\n")) {
-    if (!line.startsWith(`${name} `) && !line.startsWith(`${name}{`)) continue;
-    const labelText = line.startsWith(`${name}{`) ? line.slice(name.length + 1, line.indexOf("}")) : "";
-    if (!Object.entries(labels).every(([k, v]) => labelText.includes(`${k}="${v}"`))) continue;
-    sum = (Number.isNaN(sum) ? 0 : sum) + Number(line.slice(line.lastIndexOf(" ") + 1));
-  }
-  return sum;
-}
-
 /** A metric from Caddy's admin `/metrics`. */
 export async function caddyMetric(c: BenchCaddy, name: string, labels: Record<string, string> = {}) {
-  return sample((await admin(c, "GET", "/metrics")).body, name, labels);
+  return metricSample((await admin(c, "GET", "/metrics")).body, name, labels);
 }
 
 export interface CaddyMemory {
@@ -135,10 +124,10 @@ export async function caddyMemory(c: BenchCaddy): Promise<CaddyMemory> {
   const status = readFileSync(`/proc/${c.child.pid}/status`, "utf8");
   const rss = /VmRSS:\s+(\d+) kB/.exec(status);
   return {
-    lastReload: sample(text, "caddy_config_last_reload_success_timestamp_seconds"),
-    heapInuseMb: sample(text, "go_memstats_heap_inuse_bytes") / 2 ** 20,
+    lastReload: metricSample(text, "caddy_config_last_reload_success_timestamp_seconds"),
+    heapInuseMb: metricSample(text, "go_memstats_heap_inuse_bytes") / 2 ** 20,
     rssMb: rss ? Number(rss[1]) / 1024 : Number.NaN,
-    goroutines: sample(text, "go_goroutines"),
+    goroutines: metricSample(text, "go_goroutines"),
   };
 }
 

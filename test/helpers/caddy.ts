@@ -6,6 +6,7 @@ import type { TestContext } from "node:test";
 import { CaddyAdmin } from "../../src/proxy/caddy-admin.js";
 import { fetchedCaddyBinary } from "../../src/proxy/settings.js";
 import { freePort } from "../../support/loopback.js";
+import { metricSample } from "../../support/prometheus.js";
 
 export interface TestCaddy {
   adminUrl: string;
@@ -162,22 +163,11 @@ export async function startRefusableCaddy(
   };
 }
 
-/**
- * A sample from Caddy's admin `/metrics`: the value of the line for `name` whose labels include every
- * `labels` pair (`name{a="b",...} value`); NaN when there is none. Sums matching lines.
- */
+/** A sample from Caddy's admin `/metrics` (summed over the lines whose labels include `labels`); NaN when none. */
 export async function caddyMetric(
   admin: CaddyAdmin,
   name: string,
   labels: Record<string, string> = {},
 ): Promise<number> {
-  const text = (await admin.read("/metrics")).text;
-  let sum = Number.NaN;
-  for (const line of text.split("\n")) {
-    if (!line.startsWith(`${name} `) && !line.startsWith(`${name}{`)) continue;
-    const labelText = line.startsWith(`${name}{`) ? line.slice(name.length + 1, line.indexOf("}")) : "";
-    if (!Object.entries(labels).every(([k, v]) => labelText.includes(`${k}="${v}"`))) continue;
-    sum = (Number.isNaN(sum) ? 0 : sum) + Number(line.slice(line.lastIndexOf(" ") + 1));
-  }
-  return sum;
+  return metricSample((await admin.read("/metrics")).text, name, labels);
 }
