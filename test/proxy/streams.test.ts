@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { writeAtomically } from "../../src/operator/files.js";
 import { connectWs, startEchoServer, type WsClient } from "../../support/websocket.js";
 import { buildTestApp } from "../helpers/app.js";
 import { caddyMetric, startCaddy, type TestCaddy } from "../helpers/caddy.js";
@@ -84,6 +85,13 @@ test("a websocket through one route keeps echoing across changes to other routes
   const op = await call({ method: "GET", url: `/v1/proxy/routes/${OPERATOR}` });
   assert.equal(op.json().handle[0].stream_close_delay, "2m", "the operator's route keeps its streams too");
   assert.equal((await viaProxy(caddy.httpPort, OPERATOR)).body, "other");
+  // The operator's switch itself: the file is replaced, Caddy's config stays as it is.
+  const third = await echoServer(t, "third");
+  const reloads = await lastReload(caddy);
+  await writeAtomically(upstreamFile, `127.0.0.1:${third.port}`);
+  assert.equal((await viaProxy(caddy.httpPort, OPERATOR)).body, "third");
+  assert.equal(await stream.echo("after switch"), "after switch");
+  assert.equal(await lastReload(caddy), reloads, "the switch does not reload Caddy");
 
   assert.ok((await lastReload(caddy)) > before, "the changes did reload Caddy");
   assert.ok(stream.isOpen());
