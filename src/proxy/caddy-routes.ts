@@ -178,13 +178,23 @@ export class CaddyRoutes {
 
   /**
    * Rewrites every route `transform` changes, as one change with If-Match (one reload; none when no route
-   * changes); returns how many changed. Re-reads and tries once more when the routes changed meanwhile.
+   * changes); returns how many changed. `conforms` may tell from Caddy's text alone that nothing would
+   * change, which spares parsing every route (20,000 of them at start). Re-reads and tries once more when
+   * the routes changed meanwhile.
    */
-  async conform(transform: (route: RouteJson) => RouteJson): Promise<number> {
+  async conform(
+    transform: (route: RouteJson) => RouteJson,
+    conforms: (text: string) => boolean = () => false,
+  ): Promise<number> {
     this.cache = undefined;
     for (let attempt = 0; ; attempt++) {
-      const state = await this.read();
-      if (!state.routesPresent) return 0;
+      const res = await this.admin.read(this.routesPath);
+      if (res.status !== 200 || !res.etag) {
+        if (await this.serverMissing(res.status)) return 0;
+        throw new CaddyApiError(res.status, caddyErrorText(res));
+      }
+      if (conforms(res.text)) return 0;
+      const state = routesStateOf(res.text, res.etag);
       let changed = 0;
       const routes = state.routes.map((r) => {
         const out = transform(r);

@@ -9,7 +9,7 @@ import { CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
 import { normalizeDomain, parseDial } from "./domain.js";
 import type { Op, RouteJson } from "./plan.js";
 import type { ChangeOperation, ChangeOutcome, RouteWriteRequest } from "./schemas.js";
-import { caddyDuration, withStreamCloseDelay } from "./streams.js";
+import { caddyDuration, routesHaveDelay, withStreamCloseDelay } from "./streams.js";
 import type { ChangeResult, RouteWriter, WriteFailure } from "./writer.js";
 
 export const proxyMigrations: Migration[] = [
@@ -478,7 +478,10 @@ export class RouteService {
     const delay = this.o.streamCloseDelayMs;
     try {
       const { routes, grace } = await this.o.writer.exclusive(async (caddy) => ({
-        routes: await caddy.conform((r) => withStreamCloseDelay(r, delay)),
+        routes: await caddy.conform(
+          (r) => withStreamCloseDelay(r, delay),
+          (text) => routesHaveDelay(text, delay),
+        ),
         grace:
           this.o.gracePeriodMs > 0 &&
           (await caddy.setHttpAppField("grace_period", caddyDuration(this.o.gracePeriodMs))),

@@ -45,6 +45,17 @@ function handlerWithDelay(h: Record<string, unknown>, delayMs: number): Record<s
   return { ...h, stream_close_delay: want };
 }
 
+/**
+ * Whether Caddy's JSON text of routes surely has the delay on every `reverse_proxy` handler already: as
+ * many `"stream_close_delay":"<delay>"` as `"handler":"reverse_proxy"` (a handler holds a key once, and only
+ * those handlers take it), or none at all when the delay is 0. False means "parse and look".
+ */
+export function routesHaveDelay(text: string, delayMs: number): boolean {
+  const count = (needle: string) => text.split(needle).length - 1;
+  if (delayMs === 0) return count('"stream_close_delay"') === 0;
+  return count('"handler":"reverse_proxy"') === count(`"stream_close_delay":"${caddyDuration(delayMs)}"`);
+}
+
 /** Whether two routes are the same to Caddy (key order aside). */
 export const sameRoute = (a: RouteJson | null, b: RouteJson | null): boolean =>
   canonicalJson(a) === canonicalJson(b);

@@ -72,6 +72,9 @@ export async function startCaddy(
       ? {}
       : {
           http: {
+            // The agent's default, as a Caddy it already set up holds it: its start then changes nothing
+            // (a change at start would restart the admin endpoint under a test's first raw request).
+            grace_period: "10s",
             servers: {
               srv0: { listen: [`127.0.0.1:${httpPort}`], automatic_https: { disable: true }, routes: [] },
             },

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { writeAtomically } from "../../src/operator/files.js";
+import { routesHaveDelay } from "../../src/proxy/streams.js";
 import { connectWs, startEchoServer, type WsClient } from "../../support/websocket.js";
 import { buildTestApp } from "../helpers/app.js";
 import { caddyMetric, startCaddy, type TestCaddy } from "../helpers/caddy.js";
@@ -208,6 +209,11 @@ test("at start the agent gives existing routes stream_close_delay and Caddy's HT
     plain,
   ]);
   assert.equal(JSON.parse((await caddy.admin.read("/config/apps/http/grace_period")).text), "7s");
+  // The next start tells from Caddy's text alone that every handler has the delay, without parsing routes.
+  const text = (await caddy.admin.read(routesPath)).text;
+  assert.equal(routesHaveDelay(text, 90_000), true);
+  assert.equal(routesHaveDelay(text, 60_000), false);
+  assert.equal(routesHaveDelay(text, 0), false);
 
   // A second start finds nothing to change: no reload.
   const reload = await lastReload(caddy);
