@@ -12,7 +12,7 @@
  * BENCH_KEEPALIVE_ROUTES: routes loaded before (default 1000). BENCH_AGENT_ROOT: a checkout whose built
  * agent to run (to compare with another version).
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
@@ -50,9 +50,9 @@ const fail = (s: Stats, err: unknown) => {
 
 type Kind = "h1" | "h1-retry" | "h2" | "h2-retry";
 
-function h1Get(port: number, agent: http.Agent): Promise<void> {
+function h1Get(port: number, agent: http.Agent, host = HOST): Promise<void> {
   return new Promise((resolve, reject) => {
-    const req = http.get({ host: "127.0.0.1", port, path: "/", agent, headers: { host: HOST } }, (res) => {
+    const req = http.get({ host: "127.0.0.1", port, path: "/", agent, headers: { host } }, (res) => {
       res.resume();
       res.on("end", () => (res.statusCode === 200 ? resolve() : reject(new Error(`HTTP ${res.statusCode}`))));
       res.on("error", reject);
@@ -263,6 +263,54 @@ export async function keepAliveBench(): Promise<KeepAliveRow[]> {
   } finally {
     stopAgent();
     caddy?.stop();
+    upstream.closeAllConnections();
+    upstream.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * What an upstream read from a file costs per request (the operator's switch; considered for every route):
+ * four keep-alive clients through a route dialing `{file.<path>}` and through one dialing the same address
+ * written in the config, in alternating rounds; the medians, in microseconds of wall time per request.
+ */
+export async function fileDialCost(
+  rounds = 5,
+  perClient = 1000,
+): Promise<{ literalUs: number; fileUs: number }> {
+  const dir = mkdtempSync(join(tmpdir(), "hk-bench-file-"));
+  const upstream = http.createServer((_req, res) => res.end("u"));
+  upstream.keepAliveTimeout = 600_000;
+  await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
+  const dial = `127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+  const file = join(dir, "upstream");
+  writeFileSync(file, dial);
+  const caddy = await startBenchCaddy(dir, "file");
+  try {
+    const routes = [benchRoute("literal.file.test", dial), benchRoute("file.file.test", `{file.${file}}`)];
+    const r = await admin(caddy, "PATCH", routesPath, routes);
+    if (r.status !== 200) throw new Error(`loading routes: ${r.status} ${r.body}`);
+    const round = async (host: string) => {
+      const t0 = process.hrtime.bigint();
+      await Promise.all(
+        Array.from({ length: CLIENTS }, async () => {
+          const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+          for (let i = 0; i < perClient; i++) await h1Get(caddy.httpPort, agent, host);
+          agent.destroy();
+        }),
+      );
+      return Number(process.hrtime.bigint() - t0) / 1e3 / (CLIENTS * perClient);
+    };
+    const literal: number[] = [];
+    const fromFile: number[] = [];
+    for (let k = 0; k < rounds; k++) {
+      literal.push(await round("literal.file.test"));
+      fromFile.push(await round("file.file.test"));
+    }
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
+    return { literalUs: median(literal), fileUs: median(fromFile) };
+  } finally {
+    caddy.stop();
     upstream.closeAllConnections();
     upstream.close();
     rmSync(dir, { recursive: true, force: true });
