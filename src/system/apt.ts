@@ -1,15 +1,22 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import type { LockHolder } from "./errors.js";
 import {
   type ApplyChanges,
+  type ApplyListener,
+  type ApplyProgress,
   applyUpdates,
+  type DownloadResult,
+  downloadUpdates,
   type InstalledPackage,
   type PackageManager,
   type PackageUpdate,
+  packageFilesIn,
   packageKey,
+  progressCounter,
+  type Recovery,
   type UpdateType,
   type UpgradeSteps,
   VERSION_TIMEOUT_MS,
@@ -89,6 +96,9 @@ export function aptLockHolder(r: CommandResult): LockHolder | undefined {
     text,
   );
   if (n) return { lock: n[1] ?? n[2] ?? "the apt lock", pid: undefined, name: undefined };
+  // dpkg run directly (`dpkg --configure -a`).
+  const d = /(dpkg (?:frontend )?lock) was locked by another process with pid (\d+)/.exec(text);
+  if (d) return { lock: `the ${d[1]}`, pid: Number(d[2]), name: undefined };
   return undefined;
 }
 
@@ -102,13 +112,48 @@ export function aptErrorLines(r: CommandResult): string[] {
 }
 
 /**
+ * Progress of an apt-get run from its output: the plan line on stdout gives how many packages it installs,
+ * `APT::Status-Fd` lines the downloads (`dlstatus:N:PERCENT:Retrieving file I of T`) and dpkg's steps
+ * (`pmstatus:PKG:PERCENT:Installed PKG (arch)`).
+ */
+export function aptProgress(progress: ((p: ApplyProgress) => void) | undefined) {
+  const counter = progressCounter(progress);
+  return (line: string, stream: "stdout" | "status") => {
+    if (stream === "stdout") {
+      const plan = /^(\d+) upgraded, (\d+) newly installed, /.exec(line);
+      if (plan) counter.setInstallTotal(Number(plan[1]) + Number(plan[2]));
+      return;
+    }
+    const dl = /^dlstatus:\d+:([\d.]+):.* (\d+) of (\d+)/.exec(line);
+    if (dl) {
+      const total = Number(dl[3]);
+      counter.downloaded(Number(dl[1]) >= 100 ? total : Math.max(0, Number(dl[2]) - 1), total);
+      return;
+    }
+    const pm = /^pmstatus:([^:]+):[\d.]+:(.*)$/.exec(line);
+    if (!pm) return;
+    const [, pkg = "", message = ""] = pm;
+    counter.installed(message.startsWith("Installed ") ? pkg : undefined);
+  };
+}
+
+/** `apt-config dump` lines of a list option: `DPkg::Options:: "--root=/x";` -> `--root=/x`. */
+export function aptListOption(dump: string, name: string): string[] {
+  const re = new RegExp(`^${name}:: "(.*)";$`, "i");
+  return dump
+    .split("\n")
+    .map((l) => re.exec(l)?.[1])
+    .filter((v): v is string => v !== undefined);
+}
+
+/**
  * apt and dpkg (Debian, Ubuntu). The plan is read from `apt-get -s` (a stable output, unlike `apt list`);
  * security updates are found by simulating with security-only pinning, and installed the same way.
  */
 export class AptPackageManager implements PackageManager, UpgradeSteps {
   readonly name = "apt" as const;
   private readonly env: NodeJS.ProcessEnv;
-  private paths: Promise<{ status: string; preferences: string }> | undefined;
+  private paths: Promise<AptPaths> | undefined;
 
   constructor(private readonly o: AptOptions) {
     this.env = {
@@ -141,18 +186,56 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     });
   }
 
-  apply(type: UpdateType): Promise<ApplyChanges> {
-    return applyUpdates(this, type);
+  apply(type: UpdateType, listener?: ApplyListener): Promise<ApplyChanges> {
+    return applyUpdates(this, type, listener);
   }
 
-  async upgrade(type: UpdateType): Promise<void> {
+  download(type: UpdateType): Promise<DownloadResult> {
+    return downloadUpdates(this, type);
+  }
+
+  async cachedFiles(): Promise<Map<string, number>> {
+    return packageFilesIn((await this.aptPaths()).archives);
+  }
+
+  /**
+   * dpkg left packages unpacked, half-configured or with triggers pending, or its journal unprocessed (what
+   * apt refuses with "dpkg was interrupted"): `dpkg --configure -a` finishes them, run with apt's own dpkg
+   * options (its root, its log) and the apply's configuration-file policy.
+   */
+  async recover(): Promise<Recovery | null> {
+    const p = await this.aptPaths();
+    const unfinished = [...(await this.packageStates()).values()]
+      .filter((x) => UNFINISHED_STATES[x.state] !== undefined)
+      .map((x) => `${x.name}:${x.arch} ${UNFINISHED_STATES[x.state]}`);
+    const journal = readdirOrEmpty(join(dirname(p.status), "updates")).filter((f) => /^\d+$/.test(f));
+    if (unfinished.length === 0 && journal.length === 0) return null;
+    const dump = (await this.run("apt-config dump", "apt-config", ["dump"])).stdout;
+    const dpkg = [...aptListOption(dump, "DPkg::Options"), "--force-confdef", "--force-confold"];
+    const r = await this.run("dpkg --configure -a", p.dpkg, [...dpkg, "--configure", "-a"], true);
+    const found = unfinished.slice(0, 10);
+    return {
+      command: "dpkg --configure -a",
+      action: "ran",
+      detail: `dpkg had been interrupted (${plural(unfinished.length, "package")} unfinished, ${plural(journal.length, "journal entry", "journal entries")}); \`dpkg --configure -a\` finished them`,
+      lines: [...found, ...lastLines(r.stdout, 20 - found.length)],
+    };
+  }
+
+  async upgrade(
+    type: UpdateType,
+    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void } = {},
+  ): Promise<void> {
     // A held package's installed version is pinned above any candidate, so apt keeps it.
     const hold = this.o.hold.length
       ? `Package: ${this.o.hold.join(" ")}\nPin: release a=now\nPin-Priority: 1001\n\n`
       : "";
     const pins = type === "security" ? hold + SECURITY_PINS : hold;
     // Security updates never remove a package (upgrade --with-new-pkgs); a full upgrade is dist-upgrade.
-    const action = type === "security" ? ["upgrade", "--with-new-pkgs"] : ["dist-upgrade"];
+    const action = [
+      ...(type === "security" ? ["upgrade", "--with-new-pkgs"] : ["dist-upgrade"]),
+      ...(o.downloadOnly ? ["--download-only"] : []),
+    ];
     await this.withPreferences(pins, (prefs) =>
       this.run(
         `apt-get ${action.join(" ")}`,
@@ -164,15 +247,26 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
           "Dpkg::Options::=--force-confdef",
           "-o",
           "Dpkg::Options::=--force-confold",
+          ...(o.progress ? ["-o", "APT::Status-Fd=3"] : []),
           ...prefs,
           ...action,
         ],
         true,
+        o.progress ? aptProgress(o.progress) : undefined,
       ),
     );
   }
 
   async installed(): Promise<Map<string, InstalledPackage>> {
+    const out = new Map<string, InstalledPackage>();
+    // n(ot installed) and c(onfig-files) are not installed.
+    for (const [key, { name, arch, version, state }] of await this.packageStates())
+      if (!"nc".includes(state)) out.set(key, { name, arch, version });
+    return out;
+  }
+
+  /** Every package dpkg knows, with the state letter of its `db:Status-Abbrev` (`i`, `U`, `F`, ...). */
+  private async packageStates(): Promise<Map<string, InstalledPackage & { state: string }>> {
     const { status } = await this.aptPaths();
     const r = await this.run("dpkg-query", "dpkg-query", [
       `--admindir=${dirname(status)}`,
@@ -180,12 +274,11 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
       // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own field syntax, not a JS template
       "-f=${Package}\\t${Architecture}\\t${Version}\\t${db:Status-Abbrev}\\n",
     ]);
-    const out = new Map<string, InstalledPackage>();
+    const out = new Map<string, InstalledPackage & { state: string }>();
     for (const line of r.stdout.split("\n")) {
       const [name, arch, version, abbrev] = line.split("\t");
-      // The second letter is the package's state: n(ot installed) and c(onfig-files) are not installed.
-      if (!name || !arch || !version || !abbrev || "nc".includes(abbrev[1] ?? "n")) continue;
-      out.set(packageKey({ name, arch }), { name, arch, version });
+      if (!name || !arch || !version || !abbrev) continue;
+      out.set(packageKey({ name, arch }), { name, arch, version, state: abbrev[1] ?? "n" });
     }
     return out;
   }
@@ -232,20 +325,26 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     }
   }
 
-  /** Where apt's configuration (APT_CONFIG included) puts the dpkg status file and the preferences file. */
-  private aptPaths(): Promise<{ status: string; preferences: string }> {
+  /** Where apt's configuration (APT_CONFIG included) puts the dpkg status, preferences, cache and dpkg. */
+  private aptPaths(): Promise<AptPaths> {
     this.paths ??= this.run("apt-config shell", "apt-config", [
       "shell",
       "STATUS",
       "Dir::State::status/f",
       "PREFS",
       "Dir::Etc::preferences/f",
+      "ARCHIVES",
+      "Dir::Cache::archives/d",
+      "DPKG",
+      "Dir::Bin::dpkg/f",
     ]).then(
       (r) => {
         const value = (name: string) => new RegExp(`^${name}='([^']*)'$`, "m").exec(r.stdout)?.[1];
         return {
           status: value("STATUS") ?? "/var/lib/dpkg/status",
           preferences: value("PREFS") ?? "/etc/apt/preferences",
+          archives: value("ARCHIVES") ?? "/var/cache/apt/archives/",
+          dpkg: value("DPKG") || "dpkg",
         };
       },
       (err: unknown) => {
@@ -257,8 +356,14 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
   }
 
   /** Runs an apt program; `label` names it in errors; `takesLock` waits for the lock held by others. */
-  private async run(label: string, file: string, args: string[], takesLock = false): Promise<CommandResult> {
-    const o = { env: this.env, timeoutMs: this.o.commandTimeoutMs };
+  private async run(
+    label: string,
+    file: string,
+    args: string[],
+    takesLock = false,
+    onLine?: (line: string, stream: "stdout" | "status") => void,
+  ): Promise<CommandResult> {
+    const o = { env: this.env, timeoutMs: this.o.commandTimeoutMs, onLine };
     const r = takesLock
       ? await runWaitingForLock(file, args, {
           ...o,
@@ -268,5 +373,33 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
       : await runCommand(file, args, o);
     if (r.code !== 0) throw commandFailed(label, r, aptErrorLines(r));
     return r;
+  }
+}
+
+/** dpkg's states (second letter of `db:Status-Abbrev`) of a package it left unfinished. */
+const UNFINISHED_STATES: Record<string, string> = {
+  H: "half-installed",
+  U: "unpacked",
+  F: "half-configured",
+  W: "triggers-awaited",
+  t: "triggers-pending",
+};
+
+const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+
+interface AptPaths {
+  status: string;
+  preferences: string;
+  /** Where apt keeps downloaded packages (`Dir::Cache::archives`). */
+  archives: string;
+  /** The dpkg apt runs (`Dir::Bin::dpkg`). */
+  dpkg: string;
+}
+
+function readdirOrEmpty(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
   }
 }

@@ -1,12 +1,21 @@
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import type { LockHolder } from "./errors.js";
 import {
   type ApplyChanges,
+  type ApplyListener,
+  type ApplyProgress,
   applyUpdates,
+  type DownloadResult,
+  downloadUpdates,
   type InstalledPackage,
   type PackageManager,
   type PackageUpdate,
+  packageFilesIn,
   packageKey,
+  progressCounter,
+  type Recovery,
   type UpdateType,
   type UpgradeSteps,
   VERSION_TIMEOUT_MS,
@@ -56,6 +65,42 @@ export function dnfErrorLines(r: CommandResult): string[] {
   const lines = r.stderr.split("\n").map((l) => l.trimEnd());
   const first = lines.findIndex((l) => /^Error\b/.test(l));
   return first === -1 ? lastLines(r.stderr, 5) : lines.slice(first).filter((l) => l.trim() !== "");
+}
+
+/**
+ * Progress of a dnf run from its (non-quiet) output: the transaction summary gives how many packages it
+ * installs, `(I/T): file.rpm` lines the downloads, and `Installing|Upgrading|... : nevra  I/T` lines the
+ * packages put in place.
+ */
+export function dnfProgress(progress: ((p: ApplyProgress) => void) | undefined) {
+  const counter = progressCounter(progress);
+  let total = 0;
+  return (line: string) => {
+    const summary = /^(Install|Upgrade|Downgrade|Reinstall)\s+(\d+) Packages?\s*$/.exec(line);
+    if (summary) {
+      total += Number(summary[2]);
+      counter.setInstallTotal(total);
+      return;
+    }
+    const dl = /^\((\d+)\/(\d+)\): \S+\.rpm\b/.exec(line);
+    if (dl) return counter.downloaded(Number(dl[1]), Number(dl[2]));
+    if (/^Running transaction\s*$/.test(line)) return counter.installed(undefined);
+    const step = /^\s+(?:Installing|Upgrading|Downgrading|Reinstalling)\s+: (\S+)\s+\d+\/\d+/.exec(line);
+    if (step) counter.installed(step[1]);
+  };
+}
+
+/** The `cachedir` of dnf's `[main]` section in `conf` (dnf's default when unset). */
+export function dnfCacheDir(conf: string): string {
+  let main = false;
+  for (const raw of conf.split("\n")) {
+    const line = raw.trim();
+    const section = /^\[(.+)\]$/.exec(line);
+    if (section) main = section[1] === "main";
+    const m = main ? /^cachedir\s*=\s*(.+)$/.exec(line) : null;
+    if (m?.[1]) return m[1].trim();
+  }
+  return "/var/cache/dnf";
 }
 
 /**
@@ -133,16 +178,61 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
     });
   }
 
-  apply(type: UpdateType): Promise<ApplyChanges> {
-    return applyUpdates(this, type);
+  apply(type: UpdateType, listener?: ApplyListener): Promise<ApplyChanges> {
+    return applyUpdates(this, type, listener);
   }
 
-  async upgrade(type: UpdateType): Promise<void> {
-    const action = type === "security" ? ["upgrade-minimal", "--security"] : ["upgrade"];
+  download(type: UpdateType): Promise<DownloadResult> {
+    return downloadUpdates(this, type);
+  }
+
+  /** The packages under dnf's cache folder (`cachedir` of its configuration, inside the install root). */
+  async cachedFiles(): Promise<Map<string, number>> {
+    const root = this.o.installroot ?? "";
+    const conf = join(root || "/", "etc/dnf/dnf.conf");
+    const dir = dnfCacheDir(existsSync(conf) ? readFileSync(conf, "utf8") : "");
+    return packageFilesIn(join(root || "/", dir));
+  }
+
+  /**
+   * rpm transactions have no journal to finish: after an interrupted apply, what `dnf check` finds
+   * (duplicates, broken dependencies) and the last transaction of `dnf history` are reported, and the apply
+   * goes on; repairs like `dnf remove --duplicates` are the administrator's call.
+   */
+  async recover(afterInterruption: boolean): Promise<Recovery | null> {
+    if (!afterInterruption) return null;
+    const check = await runCommand("dnf", [...this.base, "--disablerepo=*", "check"], {
+      env: this.env,
+      timeoutMs: this.o.commandTimeoutMs,
+    });
+    const history = await runCommand("dnf", [...this.base, "--disablerepo=*", "history", "info", "last"], {
+      env: this.env,
+      timeoutMs: this.o.commandTimeoutMs,
+    });
+    const field = (name: string) =>
+      new RegExp(`^${name}\\s*:\\s*(.+)$`, "m").exec(history.stdout)?.[1]?.trim() ?? "unknown";
+    const problems = lastLines(`${check.stdout}\n${check.stderr}`, 20);
+    return {
+      command: "dnf check; dnf history info last",
+      action: "reported",
+      detail: `the previous apply was interrupted; last dnf transaction ${field("Transaction ID")}: return code ${field("Return-Code")}; dnf check ${check.code === 0 && problems.length === 0 ? "found no problem" : `found problems (exit ${check.code})`}`,
+      lines: problems,
+    };
+  }
+
+  async upgrade(
+    type: UpdateType,
+    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void } = {},
+  ): Promise<void> {
+    const action = [
+      ...(type === "security" ? ["upgrade-minimal", "--security"] : ["upgrade"]),
+      ...(o.downloadOnly ? ["--downloadonly"] : []),
+    ];
     // --nobest: a package whose newest version cannot be installed (e.g. it needs a held one) is kept
     // back, as apt does, instead of failing the whole transaction.
     const exclude = this.o.hold.flatMap((name) => ["--exclude", name]);
-    await this.run(`dnf ${action.join(" ")}`, ["-y", "--nobest", ...exclude, ...action]);
+    const onLine = o.progress ? dnfProgress(o.progress) : undefined;
+    await this.run(`dnf ${action.join(" ")}`, ["-y", "--nobest", ...exclude, ...action], onLine);
   }
 
   async installed(): Promise<Map<string, InstalledPackage>> {
@@ -175,9 +265,12 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
   }
 
   /** Runs dnf, waiting while another dnf holds its lock (queries take it too); `label` names it in errors. */
-  private async run(label: string, args: string[]): Promise<CommandResult> {
-    const r = await runWaitingForLock("dnf", [...this.base, ...args], {
+  private async run(label: string, args: string[], onLine?: (line: string) => void): Promise<CommandResult> {
+    // Progress is read from dnf's own lines, which -q suppresses.
+    const base = onLine ? this.base.filter((a) => a !== "-q") : this.base;
+    const r = await runWaitingForLock("dnf", [...base, ...args], {
       env: this.env,
+      onLine,
       timeoutMs: this.o.commandTimeoutMs,
       lockTimeoutMs: this.o.lockTimeoutMs,
       lockHolder: dnfLockHolder,

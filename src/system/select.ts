@@ -60,6 +60,8 @@ class NoPackageManager implements PackageManager {
   }
   check = async () => this.fail();
   apply = async () => this.fail();
+  download = async () => this.fail();
+  recover = async () => this.fail();
   rebootRequired = async () => this.fail();
   version = async () => undefined;
 }

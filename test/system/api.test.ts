@@ -4,8 +4,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { AptPackageManager, aptLockHolder, isSecurityOrigin, parseSimulation } from "../../src/system/apt.js";
-import { advisoryPackages, dnfLockHolder } from "../../src/system/dnf.js";
+import {
+  AptPackageManager,
+  aptLockHolder,
+  aptProgress,
+  isSecurityOrigin,
+  parseSimulation,
+} from "../../src/system/apt.js";
+import { advisoryPackages, dnfCacheDir, dnfLockHolder, dnfProgress } from "../../src/system/dnf.js";
 import { Mutex } from "../../src/system/mutex.js";
 import { detectPackageManager } from "../../src/system/select.js";
 import { buildTestApp } from "../helpers/app.js";
@@ -49,6 +55,8 @@ test("the system endpoints need the bearer token", async (t) => {
     ["POST", "/v1/system/check-updates"],
     ["POST", "/v1/system/apply-updates"],
     ["GET", "/v1/system/apply-history"],
+    ["GET", "/v1/system/applies/1"],
+    ["POST", "/v1/system/download-updates"],
   ] as const)
     assert.equal((await app.inject({ method, url })).statusCode, 401, url);
 });
@@ -59,13 +67,18 @@ test("the OpenAPI document describes the system endpoints and their bodies", asy
   const check = doc.paths["/v1/system/check-updates"].post;
   const apply = doc.paths["/v1/system/apply-updates"].post;
   const history = doc.paths["/v1/system/apply-history"].get;
-  for (const op of [check, apply, history]) {
+  const status = doc.paths["/v1/system/applies/{apply_id}"].get;
+  const download = doc.paths["/v1/system/download-updates"].post;
+  for (const op of [check, apply, history, status, download]) {
     assert.deepEqual(op.tags, ["system"]);
     assert.ok(op.summary && op.description);
     assert.ok(op.responses["200"] && op.responses["401"]);
   }
   assert.ok(check.responses["500"].description.includes("package_manager_busy"));
   assert.ok(apply.responses["400"] && apply.responses["500"]);
+  assert.ok(apply.responses["202"].headers.location && apply.responses["202"].headers["preference-applied"]);
+  assert.match(apply.description, /Prefer: respond-async/);
+  assert.ok(status.responses["404"].description.includes("apply_not_found"));
   for (const name of [
     "System",
     "PackageUpdate",
@@ -73,6 +86,9 @@ test("the OpenAPI document describes the system endpoints and their bodies", asy
     "ApplyResult",
     "ApplyRecord",
     "ApplyHistory",
+    "ApplyStatus",
+    "DownloadUpdatesRequest",
+    "DownloadResult",
   ])
     assert.ok(doc.components.schemas[name], name);
   assert.match(
@@ -203,4 +219,62 @@ test("the mutex runs one at a time, in order, and a waiter gives up after its ti
   assert.deepEqual(order, ["a start", "a end", "b"]);
   await m.run(10, busy, async () => order.push("free again"));
   assert.equal(order.at(-1), "free again");
+});
+
+test("progress from apt's status lines and dnf's output: downloads, then packages installed of the planned total", () => {
+  const seen: string[] = [];
+  const record = (p: { phase: string; done: number; total: number }) =>
+    seen.push(`${p.phase} ${p.done}/${p.total}`);
+  const apt = aptProgress(record);
+  apt("2 upgraded, 1 newly installed, 0 to remove and 0 not upgraded.", "stdout");
+  apt("dlstatus:1:0.0000:Retrieving file 1 of 3", "status");
+  apt("dlstatus:3:66.5235:Retrieving file 3 of 3", "status");
+  apt("dlstatus:3:100.0000:Retrieving file 3 of 3", "status");
+  apt("pmstatus:dpkg-exec:0.0000:Running dpkg", "status");
+  apt("pmstatus:laba:7.6923:Unpacking laba (amd64)", "status");
+  apt("pmstatus:laba:61.5385:Installed laba (amd64)", "status");
+  apt("pmstatus:labc:76.9231:Installed labc (amd64)", "status");
+  apt("Setting up labb (1.1) ...", "stdout");
+  apt("pmstatus:labb:92.3077:Installed labb (amd64)", "status");
+  assert.deepEqual(seen, [
+    "downloading 0/3",
+    "downloading 2/3",
+    "downloading 3/3",
+    "installing 0/3",
+    "installing 0/3",
+    "installing 1/3",
+    "installing 2/3",
+    "installing 3/3",
+  ]);
+
+  seen.length = 0;
+  const dnf = dnfProgress(record);
+  for (const line of [
+    "Install  1 Package",
+    "Upgrade  2 Packages",
+    "(1/3): labc-1.0-1.noarch.rpm                    1.7 MB/s | 5.9 kB     00:00",
+    "(3/3): labb-1.1-1.noarch.rpm                    1.1 MB/s | 5.9 kB     00:00",
+    "[SKIPPED] laba-1.1-1.noarch.rpm: Already downloaded",
+    "Running transaction",
+    "  Preparing        :                                                        1/1",
+    "  Installing       : labc-1.0-1.noarch                                      1/5",
+    "  Upgrading        : labb-1.1-1.noarch                                      2/5",
+    "  Upgrading        : laba-1.1-1.noarch                                      3/5",
+    "  Cleanup          : labb-1.0-1.noarch                                      4/5",
+    "  Verifying        : labc-1.0-1.noarch                                      1/5",
+  ])
+    dnf(line);
+  assert.deepEqual(seen, [
+    "downloading 1/3",
+    "downloading 3/3",
+    "installing 0/3",
+    "installing 1/3",
+    "installing 2/3",
+    "installing 3/3",
+  ]);
+  assert.equal(
+    dnfCacheDir("[main]\ngpgcheck=0\ncachedir = /var/cache/x\n[repo]\ncachedir=/no\n"),
+    "/var/cache/x",
+  );
+  assert.equal(dnfCacheDir("[main]\n"), "/var/cache/dnf");
 });
