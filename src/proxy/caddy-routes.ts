@@ -212,18 +212,29 @@ export class CaddyRoutes {
   }
 
   /**
-   * Sets `key` of Caddy's HTTP app to `value` when it holds another; true when it did. An absent app is
-   * left alone: the agent creates it with the value when it creates the managed server.
+   * Whether `key` of Caddy's HTTP app holds another value than `value`; false when there is no HTTP app (the
+   * agent creates it with the value when it creates the managed server).
    */
+  async httpAppFieldDiffers(key: string, value: unknown): Promise<boolean> {
+    return (await this.readHttpAppField(key, value)) !== undefined;
+  }
+
+  /** Sets `key` of Caddy's HTTP app to `value` when it holds another (see `httpAppFieldDiffers`); true when it did. */
   async setHttpAppField(key: string, value: unknown): Promise<boolean> {
-    const path = `/config/apps/http/${key}`;
-    const now = await this.admin.read(path);
-    if (now.status === 400 || now.status === 404) return false;
-    if (now.status !== 200) throw new CaddyApiError(now.status, caddyErrorText(now));
-    if (canonicalJson(JSON.parse(now.text)) === canonicalJson(value)) return false;
+    const etag = await this.readHttpAppField(key, value);
+    if (etag === undefined) return false;
     // POST sets an object's key whether or not it exists; If-Match keeps it off a concurrent change.
-    await this.admin.write("POST", path, value, now.etag);
+    await this.admin.write("POST", `/config/apps/http/${key}`, value, etag);
     return true;
+  }
+
+  /** The ETag to write `key` of the HTTP app with when it differs from `value`; undefined when it need not be. */
+  private async readHttpAppField(key: string, value: unknown): Promise<string | undefined> {
+    const now = await this.admin.read(`/config/apps/http/${key}`);
+    if (now.status === 400 || now.status === 404) return undefined;
+    if (now.status !== 200) throw new CaddyApiError(now.status, caddyErrorText(now));
+    if (canonicalJson(JSON.parse(now.text)) === canonicalJson(value)) return undefined;
+    return now.etag ?? "";
   }
 
   /** Missing intermediate keys read as 400 ("invalid traversal path"); confirm the server is really absent. */

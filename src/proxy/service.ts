@@ -296,6 +296,7 @@ export class RouteService {
   private readonly anyChangeOf;
   /** Changes of this process not yet settled: a pending row not here was cut short by a stop of the agent. */
   private readonly inFlight = new Set<number>();
+  private conforming: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: RouteServiceOptions) {
     this.insertChange = o.db.prepare(
@@ -474,24 +475,43 @@ export class RouteService {
    * Not a route change of the API: no history, no events, one log line. A failure is logged and the agent
    * starts anyway; every route the agent writes later gets the delay with its change.
    */
-  async conformCaddy(): Promise<void> {
+  conformCaddy(): Promise<void> {
+    this.conforming = this.conformNow();
+    return this.conforming;
+  }
+
+  /** Resolves once the start's `conformCaddy` has ended, however it ended. */
+  whenConformed(): Promise<void> {
+    return this.conforming;
+  }
+
+  private async conformNow(): Promise<void> {
     const delay = this.o.streamCloseDelayMs;
+    const grace = this.o.gracePeriodMs > 0 ? caddyDuration(this.o.gracePeriodMs) : undefined;
     try {
-      const { routes, grace } = await this.o.writer.exclusive(async (caddy) => ({
+      // Looked at first without holding the writer: a Caddy already in line (every start but the first)
+      // costs two reads, and a slow one holds up no route change.
+      const due = await this.o.writer.peek(async (caddy) => {
+        const [routesText, graceDiffers] = await Promise.all([
+          caddy.text(),
+          grace === undefined ? false : caddy.httpAppFieldDiffers("grace_period", grace),
+        ]);
+        return !routesHaveDelay(routesText, delay) || graceDiffers;
+      });
+      if (!due) return;
+      const done = await this.o.writer.exclusive(async (caddy) => ({
         routes: await caddy.conform(
           (r) => withStreamCloseDelay(r, delay),
           (text) => routesHaveDelay(text, delay),
         ),
-        grace:
-          this.o.gracePeriodMs > 0 &&
-          (await caddy.setHttpAppField("grace_period", caddyDuration(this.o.gracePeriodMs))),
+        grace: grace !== undefined && (await caddy.setHttpAppField("grace_period", grace)),
       }));
-      if (routes > 0 || grace)
+      if (done.routes > 0 || done.grace)
         this.o.log.info(
           {
-            routes_updated: routes,
+            routes_updated: done.routes,
             stream_close_delay: delay === 0 ? null : caddyDuration(delay),
-            ...(grace ? { grace_period: caddyDuration(this.o.gracePeriodMs) } : {}),
+            ...(done.grace ? { grace_period: grace } : {}),
           },
           "brought Caddy's routes and HTTP app in line with the connection settings",
         );

@@ -111,6 +111,11 @@ export class RouteWriter {
     });
   }
 
+  /** Runs reads of `fn` now, beside whatever the writer does: for looking, never for writing. */
+  peek<T>(fn: (caddy: CaddyRoutes) => Promise<T>): Promise<T> {
+    return fn(this.caddy);
+  }
+
   /** Resolves once no change is queued or under way and the post-answer read is done. */
   whenIdle(): Promise<void> {
     if (!this.busy && this.queue.length === 0 && this.chores.length === 0 && !this.refreshDue)

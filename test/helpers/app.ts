@@ -47,6 +47,7 @@ export async function buildTestApp(
   await app.ready();
   // The start's own Caddy work (stream_close_delay on existing routes, grace_period) is done before a test
   // counts or intercepts writes.
+  await app.services.routes.whenConformed();
   await app.services.writer.whenIdle();
   t.after(async () => {
     await app.close();
