@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { projectRoot } from "../src/paths.js";
 import { fetchedCaddyBinary } from "../src/proxy/settings.js";
 import { freePort, httpRequest } from "../support/loopback.js";
+import { connectionBenches } from "./connections.js";
 
 const TOKEN = "bench-token-0123456789abcdef";
 const SIZES = (process.env.BENCH_SIZES ?? "1000,5000").split(",").map(Number);
@@ -310,7 +311,10 @@ async function main() {
   process.exit(rows.every((r) => r.met) && rssIdle < 80 ? 0 : 1);
 }
 
-main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(2);
-});
+// `--keepalive` / `--streams`: the connection benchmarks (bench/connections.ts) instead of this one.
+connectionBenches(process.argv.slice(2))
+  .then((code) => (code === undefined ? main() : process.exit(code)))
+  .catch((err: unknown) => {
+    console.error(err);
+    process.exit(2);
+  });

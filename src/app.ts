@@ -34,6 +34,7 @@ import { CaddyAdmin } from "./proxy/caddy-admin.js";
 import { registerProxyRoutes } from "./proxy/routes.js";
 import { proxySharedSchemas } from "./proxy/schemas.js";
 import { proxyMigrations, RouteService } from "./proxy/service.js";
+import { caddyDuration } from "./proxy/streams.js";
 import { RouteWriter } from "./proxy/writer.js";
 import type { AppConfig } from "./settings.js";
 import { AuditLog, auditMigrations } from "./store/audit.js";
@@ -182,6 +183,9 @@ export async function buildApp({
     metrics,
     server: proxy.caddyServer,
     listen: proxy.caddyListen,
+    ...(proxy.caddyGracePeriodMs > 0
+      ? { httpApp: { grace_period: caddyDuration(proxy.caddyGracePeriodMs) } }
+      : {}),
     log: logger.child({ component: "route-writer" }),
   });
   const routes = new RouteService({
@@ -192,6 +196,8 @@ export async function buildApp({
     deny,
     operatorRouteId: proxy.operatorDomain,
     firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
+    streamCloseDelayMs: proxy.caddyStreamCloseDelayMs,
+    gracePeriodMs: proxy.caddyGracePeriodMs,
     log: logger.child({ component: "routes" }),
   });
   const systemLog = logger.child({ component: "system" });
@@ -262,6 +268,8 @@ export async function buildApp({
   let pruneTimer: NodeJS.Timeout | undefined;
 
   app.addHook("onReady", async () => {
+    // In the writer's queue, ahead of any change, without holding up the start on a slow or absent Caddy.
+    void routes.conformCaddy();
     await systemService.start();
     tokens.start();
     pruneAudit();
