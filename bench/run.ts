@@ -4,6 +4,7 @@
  * the targets, the agent's resident memory, the machine's load average, and writes JSON to bench/results/.
  *
  * Run: `npm run bench` (after `bash scripts/install.sh`). Options (see the README's Benchmark section):
+ *   --keepalive, --streams   the connection benchmarks instead (bench/connections.ts)
  *   --soak[=SECONDS]   also soak the agent at the largest size with 200 clients (default 600 s, after 60 s warm-up)
  *   BENCH_SIZES        route counts, default 1000,20000 (targets hold at the largest)
  *   BENCH_ROUNDS       single changes of each kind per size, default 40 at 1,000 and 10 above 5,000
@@ -13,6 +14,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { projectRoot } from "../src/paths.js";
+import { connectionBenches } from "./connections.js";
 import { loadAverage, type Row, rssMb, startAgent, startCaddy, table } from "./harness.js";
 import { type ScaleResult, scale } from "./scale.js";
 import { type SoakResult, soak } from "./soak.js";
@@ -113,7 +115,10 @@ async function main() {
   process.exit(ok ? 0 : 1);
 }
 
-main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(2);
-});
+// `--keepalive` / `--streams`: the connection benchmarks (bench/connections.ts) instead of this one.
+connectionBenches(process.argv.slice(2))
+  .then((code) => (code === undefined ? main() : process.exit(code)))
+  .catch((err: unknown) => {
+    console.error(err);
+    process.exit(2);
+  });

@@ -12,8 +12,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dest="$root/.cache/caddy"
 bin="$dest/usr/bin/caddy"
 if [ -x "$bin" ] && [ "$(cat "$dest/.sha256" 2>/dev/null)" = "$CADDY_DEB_SHA256" ]; then
-  echo "caddy: $CADDY_VERSION at $bin"
-  exit 0
+  if echo "$CADDY_BIN_SHA256  $bin" | sha256sum --check --status; then
+    echo "caddy: $CADDY_VERSION at $bin"
+    exit 0
+  fi
+  echo "fetch-caddy: $bin does not match CADDY_BIN_SHA256 in scripts/caddy.env; fetching it again" >&2
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -52,6 +55,10 @@ fi
 # Unpacked beside the destination and renamed into place, so a half-unpacked Caddy never looks whole.
 mkdir "$work/unpacked"
 dpkg-deb -x "$deb" "$work/unpacked"
+if ! echo "$CADDY_BIN_SHA256  $work/unpacked/usr/bin/caddy" | sha256sum --check --status; then
+  echo "fetch-caddy: usr/bin/caddy in $(basename "$deb") does not match CADDY_BIN_SHA256 in scripts/caddy.env" >&2
+  exit 1
+fi
 echo "$CADDY_DEB_SHA256" >"$work/unpacked/.sha256"
 "$work/unpacked/usr/bin/caddy" version
 mkdir -p "$root/.cache"

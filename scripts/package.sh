@@ -81,6 +81,9 @@ mkdir -p "$lib/node/bin" "$lib/caddy"
 cp "$node" "$lib/node/bin/node"
 cp "$node_dir/LICENSE" "$lib/node/LICENSE"
 cp .cache/caddy/usr/bin/caddy "$lib/caddy/caddy"
+# The copy packaged is the pinned one (fetch-caddy.sh checked the cache; this checks what was copied).
+echo "$(. scripts/caddy.env && echo "$CADDY_BIN_SHA256")  $lib/caddy/caddy" | sha256sum --check --status ||
+  { echo "package: the Caddy binary does not match CADDY_BIN_SHA256 (scripts/caddy.env)" >&2; exit 1; }
 install -m 0644 packaging/caddy-bootstrap.json "$lib/caddy/bootstrap.json"
 
 # The assembled agent loads in the bundled Node: every module of the app, the native addon, the CLI.

@@ -1,13 +1,15 @@
 import { SerializerSelector } from "@fastify/fast-json-stringify-compiler";
 import type { TypeBoxTypeProvider } from "@fastify/type-provider-typebox";
-import Fastify, { type FastifyBaseLogger } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyServerFactory } from "fastify";
 import type { Logger } from "pino";
 import { DenyList } from "./events/egress.js";
 import { Outbox, outboxMigrations } from "./events/outbox.js";
 import { registerEventRoutes } from "./events/routes.js";
 import { registerHealthRoutes } from "./health/routes.js";
 import { HealthService, type SupervisedCaddy } from "./health/service.js";
-import { bearerTokenCheck, registerBearerAuth } from "./http/auth.js";
+import { registerAccessRoutes } from "./http/access-routes.js";
+import { auditMutations } from "./http/audit.js";
+import { AccessControl, registerAccessControl, requireRouteScopes } from "./http/auth.js";
 import {
   answerExpectations,
   httpEdgeOptions,
@@ -18,7 +20,9 @@ import {
   trackRoutes,
 } from "./http/edge.js";
 import { registerOpenApi } from "./http/openapi.js";
+import { FailureLimiter } from "./http/rate-limit.js";
 import { echoRequestId, genReqId } from "./http/request-id.js";
+import { TokenRegistry } from "./http/tokens.js";
 import type { App } from "./http/types.js";
 import { Metrics } from "./metrics/metrics.js";
 import { registerMetricsRoutes } from "./metrics/routes.js";
@@ -30,8 +34,10 @@ import { CaddyAdmin } from "./proxy/caddy-admin.js";
 import { registerProxyRoutes } from "./proxy/routes.js";
 import { proxySharedSchemas } from "./proxy/schemas.js";
 import { proxyMigrations, RouteService } from "./proxy/service.js";
+import { caddyDuration } from "./proxy/streams.js";
 import { RouteWriter } from "./proxy/writer.js";
 import type { AppConfig } from "./settings.js";
+import { AuditLog, auditMigrations } from "./store/audit.js";
 import { type Db, openDatabase } from "./store/db.js";
 import { generateToken, generateWebhookSecret, loadOrCreateSecret } from "./store/secrets.js";
 import { systemProblem } from "./system/problems.js";
@@ -64,6 +70,10 @@ export interface AppOptions {
   logger: Logger;
   /** The agent's own Caddy, started and supervised by server.ts; undefined with HOSTKEEPER_CADDY_ADMIN. */
   embeddedCaddy?: SupervisedCaddy;
+  /** The clock of token expiry, rate limits and the audit trail; tests pass one they control. */
+  now?: () => number;
+  /** Makes the HTTP(S) server (server.ts: TLS and allowed addresses); default Fastify's own HTTP server. */
+  serverFactory?: FastifyServerFactory;
 }
 
 declare module "fastify" {
@@ -75,6 +85,8 @@ declare module "fastify" {
       writer: RouteWriter;
       operator: OperatorService;
       metrics: Metrics;
+      tokens: TokenRegistry;
+      audit: AuditLog;
     };
     /** Every route the app serves, as registered (tests walk it). */
     registeredRoutes: () => readonly RegisteredRoute[];
@@ -86,8 +98,14 @@ declare module "fastify" {
  * It does not listen (server.ts does), so tests build it and listen on port 0 or inject.
  * `config.proxy.caddyAdmin` must be resolved by now (server.ts starts the embedded Caddy first).
  */
-export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): Promise<App> {
-  const { agent, events, proxy, system } = config;
+export async function buildApp({
+  config,
+  logger,
+  embeddedCaddy,
+  now = Date.now,
+  serverFactory,
+}: AppOptions): Promise<App> {
+  const { agent, access: accessConfig, events, proxy, system } = config;
   const caddyAddress = proxy.caddyAdmin;
   if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
 
@@ -96,6 +114,7 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     ...proxyMigrations,
     ...systemMigrations,
     ...operatorMigrations,
+    ...auditMigrations,
   ]);
   const token = agent.token ?? loadOrCreateSecret(agent.dataDir, "token", generateToken);
   if (typeof token !== "string" && token.created)
@@ -103,12 +122,40 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
   const secret =
     events.webhookSecret ?? loadOrCreateSecret(agent.dataDir, "webhook-secret", generateWebhookSecret).value;
 
-  const check = bearerTokenCheck(typeof token === "string" ? token : token.value);
+  const tokens = new TokenRegistry({
+    own:
+      typeof token === "string"
+        ? { secret: token, path: undefined }
+        : { secret: token.value, path: token.path },
+    tokensFile: accessConfig.tokensFile,
+    overlapMs: accessConfig.tokenRotationOverlapSeconds * 1000,
+    now,
+    log: logger.child({ component: "tokens" }),
+  });
+  const access = new AccessControl(
+    tokens,
+    new FailureLimiter({
+      burst: accessConfig.authFailureBurst,
+      perMinute: accessConfig.authFailuresPerMinute,
+      now,
+    }),
+    logger.child({ component: "auth" }),
+  );
+  const check = access.check;
+  const audit = new AuditLog(db, now);
+  // Nothing is in flight yet: a record still pending was left by an agent that stopped mid-request.
+  const interrupted = audit.markInterrupted();
+  if (interrupted > 0)
+    logger.warn(
+      { records: interrupted },
+      "audit records of requests the agent stopped during marked interrupted",
+    );
   const app = Fastify({
     ...httpEdgeOptions(check),
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     // Node would answer a missing Host itself, in plain text; the edge's hook answers it as a problem.
     http: { requireHostHeader: false },
+    ...(serverFactory ? { serverFactory } : {}),
     loggerInstance: logger as FastifyBaseLogger,
     genReqId,
     bodyLimit: agent.bodyLimit,
@@ -136,6 +183,9 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     metrics,
     server: proxy.caddyServer,
     listen: proxy.caddyListen,
+    ...(proxy.caddyGracePeriodMs > 0
+      ? { httpApp: { grace_period: caddyDuration(proxy.caddyGracePeriodMs) } }
+      : {}),
     log: logger.child({ component: "route-writer" }),
   });
   const routes = new RouteService({
@@ -146,17 +196,22 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     deny,
     operatorRouteId: proxy.operatorDomain,
     firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
+    streamCloseDelayMs: proxy.caddyStreamCloseDelayMs,
+    gracePeriodMs: proxy.caddyGracePeriodMs,
     log: logger.child({ component: "routes" }),
   });
+  const systemLog = logger.child({ component: "system" });
   const systemService = new SystemService({
     db,
     metrics,
-    manager: createPackageManager(system, process.env),
+    manager: createPackageManager(system, process.env, systemLog),
     lockTimeoutMs: system.lockTimeoutMs,
     rebootCommand: system.rebootCommand,
     rebootDelayMs: system.rebootDelayMs,
+    boot: { bootIdFile: system.bootIdFile, kernelReleaseFile: system.kernelReleaseFile },
+    outbox,
     env: process.env,
-    log: logger.child({ component: "system" }),
+    log: systemLog,
   });
   const operator = new OperatorService({
     db,
@@ -178,11 +233,12 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
     operator,
     outbox,
   });
-  app.decorate("services", { db, outbox, routes, writer, operator, metrics });
+  app.decorate("services", { db, outbox, routes, writer, operator, metrics, tokens, audit });
 
   // JSON is the only body the API takes; anything else is 415 rather than a string failing validation.
   app.removeContentTypeParser("text/plain");
   const table = new RouteTable();
+  requireRouteScopes(app);
   trackRoutes(app, table);
   app.decorate("registeredRoutes", () => table.routes());
   // The first hooks of the root scope: the request's id is echoed, a request without Host is refused as
@@ -190,23 +246,41 @@ export async function buildApp({ config, logger, embeddedCaddy }: AppOptions): P
   echoRequestId(app);
   registerProblemHandlers(app, table, [systemProblem]);
   answerExpectations(app, check);
-  registerBearerAuth(app, check);
+  registerAccessControl(app, access, auditMutations(app, audit, now));
   await registerOpenApi(app);
   for (const s of [...proxySharedSchemas, ...operatorSharedSchemas]) app.addSchema(s);
 
   registerHealthRoutes(app, health);
-  app.get("/v1/openapi.json", { schema: { hide: true } }, async () => app.swagger());
+  // Any valid token may read the document: it says what exists, not what the token may do with it.
+  app.get("/v1/openapi.json", { schema: { hide: true }, config: { scopes: [] } }, async () => app.swagger());
   registerProxyRoutes(app, routes);
-  registerSystemRoutes(app, systemService);
+  registerSystemRoutes(app, systemService, deny);
   registerOperatorRoutes(app, operator);
   registerEventRoutes(app, outbox);
   registerMetricsRoutes(app, metrics);
+  registerAccessRoutes(app, audit, tokens);
+
+  const retentionMs = accessConfig.auditRetentionDays * 86_400_000;
+  const pruneAudit = () => {
+    const pruned = audit.prune(retentionMs);
+    if (pruned > 0) logger.info({ records: pruned }, "pruned audit records past their retention");
+  };
+  let pruneTimer: NodeJS.Timeout | undefined;
 
   app.addHook("onReady", async () => {
+    // In the writer's queue, ahead of any change, without holding up the start on a slow or absent Caddy.
+    void routes.conformCaddy();
+    await systemService.start();
+    tokens.start();
+    pruneAudit();
+    pruneTimer = setInterval(pruneAudit, 3_600_000);
+    pruneTimer.unref();
     outbox.start();
     operator.start();
   });
   app.addHook("onClose", async () => {
+    tokens.close();
+    clearInterval(pruneTimer);
     await operator.close();
     // A change's records are finished after its answer; let the writer get there before the database closes.
     await settledWithin(writer.whenIdle(), 5000);

@@ -2,6 +2,7 @@ import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
 import { buildApp } from "./app.js";
 import { currentPrivileges, rootlessFailures, unknownEnvWarnings } from "./config-warnings.js";
+import { checkPlaintext, Listener } from "./listener/listener.js";
 import { createLogger } from "./logging.js";
 import { packageVersion } from "./paths.js";
 import { EmbeddedCaddy } from "./proxy/embedded-caddy.js";
@@ -25,6 +26,9 @@ export async function serve(): Promise<void> {
       { features: failing },
       `not running as root: these will fail: ${failing.join("; ")}. See the README's "What needs root"`,
     );
+  // Before anything starts: plain HTTP beyond loopback is refused with the reason.
+  checkPlaintext(config.agent.listen, config.listener);
+  const listener = new Listener(config.listener, logger.child({ component: "listener" }));
   // Secrets stay out of the environment of every child the agent starts (Caddy, package managers, operator).
   delete process.env.HOSTKEEPER_TOKEN;
   delete process.env.HOSTKEEPER_WEBHOOK_SECRET;
@@ -45,7 +49,12 @@ export async function serve(): Promise<void> {
     await embeddedCaddy.start();
     config.proxy.caddyAdmin = embeddedCaddy.address;
   }
-  const app = await buildApp({ config, logger, ...(embeddedCaddy ? { embeddedCaddy } : {}) });
+  const app = await buildApp({
+    config,
+    logger,
+    serverFactory: listener.factory,
+    ...(embeddedCaddy ? { embeddedCaddy } : {}),
+  });
   // Supervision ends as the agent begins to stop: a Caddy exiting from then on is not started again.
   if (embeddedCaddy) {
     const caddy = embeddedCaddy;
@@ -74,7 +83,7 @@ export async function serve(): Promise<void> {
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));
   // After the handlers: a stop that comes while Caddy is asked its version is a graceful one.
-  await logStart(logger, app.server.address() as AddressInfo, config.proxy, embeddedCaddy);
+  await logStart(logger, listener.scheme, app.server.address() as AddressInfo, config.proxy, embeddedCaddy);
 }
 
 const showListen = ({ address, port }: AddressInfo) => hostPort({ host: address, port });
@@ -85,6 +94,7 @@ const showListen = ({ address, port }: AddressInfo) => hostPort({ host: address,
  */
 async function logStart(
   logger: Logger,
+  scheme: "http" | "https",
   api: AddressInfo,
   proxy: { caddyAdmin: CaddyAdminAddress | undefined; caddyServer: string; caddyListen: readonly string[] },
   embedded: EmbeddedCaddy | undefined,
@@ -97,6 +107,7 @@ async function logStart(
   };
   const listen = {
     api: showListen(api),
+    api_scheme: scheme,
     caddy_admin: proxy.caddyAdmin ? showCaddyAdmin(proxy.caddyAdmin) : null,
     caddy_server: proxy.caddyServer,
     caddy_listen: [...proxy.caddyListen],
@@ -104,6 +115,6 @@ async function logStart(
   logger.info(
     { versions, listen, caddy_mode: embedded ? "embedded" : "external" },
     `hostkeeper ${versions.agent} started on Node ${versions.node} with ${embedded ? "embedded" : "external"} Caddy ${versions.caddy ?? "(version unknown)"}; ` +
-      `API on ${listen.api}, Caddy admin on ${listen.caddy_admin}, managed server ${listen.caddy_server} on ${listen.caddy_listen.join(", ")}`,
+      `API on ${scheme}://${listen.api}, Caddy admin on ${listen.caddy_admin}, managed server ${listen.caddy_server} on ${listen.caddy_listen.join(", ")}`,
   );
 }

@@ -9,6 +9,8 @@ import {
   setting,
 } from "./config.js";
 import { eventSettings } from "./events/settings.js";
+import { accessSettings } from "./http/settings.js";
+import { checkListenerPairs, listenerSettings } from "./listener/settings.js";
 import { operatorSettings } from "./operator/settings.js";
 import { proxySettings } from "./proxy/settings.js";
 import { systemSettings } from "./system/settings.js";
@@ -30,7 +32,7 @@ export const agentSettings = {
     key: "token",
     env: "HOSTKEEPER_TOKEN",
     area: "agent",
-    doc: "Bearer token for every endpoint but the probes `GET /healthz` and `GET /readyz`. When unset, one is generated at first start into `<data dir>/token` (mode 0600).",
+    doc: "Bearer token with every scope (`*`), for every endpoint but the probes `GET /healthz` and `GET /readyz`. When unset, one is generated at first start into `<data dir>/token` (mode 0600), which `hostkeeper token rotate` can rotate; a token set here cannot be.",
     defaultText: "generated",
     default: undefined as string | undefined,
     parse: (raw) => {
@@ -102,6 +104,8 @@ export const agentSettings = {
  */
 export const settingGroups = {
   agent: agentSettings,
+  access: accessSettings,
+  listener: listenerSettings,
   events: eventSettings,
   proxy: proxySettings,
   system: systemSettings,
@@ -121,6 +125,7 @@ export function loadConfig(source: ConfigSource): AppConfig {
   for (const [name, group] of Object.entries(settingGroups)) {
     out[name] = resolveSettings(group as Record<string, Setting<unknown>>, source);
   }
+  checkListenerPairs((out as AppConfig).listener);
   return out as AppConfig;
 }
 

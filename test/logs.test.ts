@@ -62,12 +62,13 @@ test("the real agent, embedded Caddy: JSON lines with ISO times, the start line,
     assert.match(String((line.versions as { caddy: unknown }).caddy), /^v?2\.\d+/);
     assert.deepEqual(line.listen, {
       api: `127.0.0.1:${agent.port}`,
+      api_scheme: "http",
       caddy_admin: `unix:${join(dataDir, "caddy", "admin.sock")}`,
       caddy_server: "srv0",
       caddy_listen: [caddyListen],
     });
     assert.equal(line.caddy_mode, "embedded");
-    for (const text of [`127.0.0.1:${agent.port}`, caddyListen, process.version, packageVersion()])
+    for (const text of [`http://127.0.0.1:${agent.port}`, caddyListen, process.version, packageVersion()])
       assert.ok(line.msg.includes(text), `${text} in ${line.msg}`);
   });
 

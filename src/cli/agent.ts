@@ -1,5 +1,8 @@
 import http from "node:http";
+import https from "node:https";
+import type { ConnectionOptions } from "node:tls";
 import { type ConfigSource, settingInput } from "../config.js";
+import { agentTlsOptions } from "../listener/client.js";
 import { packageVersion } from "../paths.js";
 import { type AppConfig, agentSettings, configSourceFromProcess, loadConfig } from "../settings.js";
 import { readSecret } from "../store/secrets.js";
@@ -114,6 +117,8 @@ export class AgentClient {
     readonly address: AgentAddress,
     private readonly token: () => string,
     private readonly timeoutMs: number,
+    /** TLS towards an agent that serves HTTPS; undefined for plain HTTP. */
+    private readonly tls?: ConnectionOptions,
   ) {}
 
   /** Sends the request; any status is an answer. */
@@ -129,7 +134,7 @@ export class AgentClient {
       headers["content-type"] = "application/json";
       headers["content-length"] = String(Buffer.byteLength(payload));
     }
-    const where = hostPort(this.address);
+    const where = `${this.tls ? "https://" : ""}${hostPort(this.address)}`;
     return new Promise((resolve, reject) => {
       let timedOut = false;
       const fail = (err: NodeJS.ErrnoException) => {
@@ -142,10 +147,18 @@ export class AgentClient {
           );
         else if (err.code === "ECONNREFUSED")
           reject(new AgentUnreachable(`the agent is not running at ${where} (connection refused)`));
-        else reject(new AgentUnreachable(`cannot reach the agent at ${where}: ${err.code ?? err.message}`));
+        else reject(new AgentUnreachable(`cannot reach the agent at ${where}: ${tlsHint(err)}`));
       };
-      const req = http.request(
-        { host: this.address.host, port: this.address.port, method, path, headers, agent: false },
+      const options = {
+        host: this.address.host,
+        port: this.address.port,
+        method,
+        path,
+        headers,
+        agent: false,
+      };
+      const req = (this.tls ? https.request : http.request)(
+        this.tls ? { ...options, ...this.tls } : options,
         (res) => {
           const chunks: Buffer[] = [];
           res.on("data", (c: Buffer) => chunks.push(c));
@@ -177,6 +190,14 @@ export class AgentClient {
   }
 }
 
+/** What a failure to connect says, with what to set when the agent's TLS refused the CLI. */
+function tlsHint(err: NodeJS.ErrnoException): string {
+  const said = err.code && !err.message.includes(err.code) ? `${err.code}: ${err.message}` : err.message;
+  if (/CERTIFICATE_REQUIRED|UNKNOWN_CA|BAD_CERTIFICATE|CERTIFICATE_EXPIRED/.test(err.code ?? ""))
+    return `${said} (the agent requires a client certificate from its HOSTKEEPER_TLS_CLIENT_CA: set HOSTKEEPER_CLI_TLS_CERT and HOSTKEEPER_CLI_TLS_KEY)`;
+  return said;
+}
+
 /** A client of the agent the configuration names, with the command's time-out. */
 export function connect(timeoutMs: number, env: NodeJS.ProcessEnv = process.env): AgentClient {
   const { config, source } = loadAgentConfig(env);
@@ -188,5 +209,6 @@ export function connect(timeoutMs: number, env: NodeJS.ProcessEnv = process.env)
       return token;
     },
     timeoutMs,
+    agentTlsOptions(config.listener),
   );
 }

@@ -43,7 +43,7 @@ const groups: Record<string, string> = {
   updates: "System package updates: check, and the history of applies (applying is API-only).",
   operator: "The operator's running instance and its updates.",
   config: "The agent's configuration.",
-  token: "The agent's API token.",
+  token: "The agent's API tokens: show the agent's own, rotate one.",
 };
 
 const TOP_USAGE = "usage: hostkeeper <command> [<args>] [options]   (hostkeeper --help lists the commands)";

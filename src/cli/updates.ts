@@ -1,10 +1,10 @@
-import type { Static } from "@sinclair/typebox";
-import type { ApplyRecord, PackageUpdateSchema, SystemStatus } from "../system/schemas.js";
+import { highestSeverity, type PackageUpdate } from "../system/package-manager.js";
+import type { ApplyRecord, SystemStatus } from "../system/schemas.js";
 import { connect } from "./agent.js";
 import { type Command, positiveInteger } from "./args.js";
 import { cell, print, table } from "./output.js";
 
-type CheckAnswer = Omit<SystemStatus, "updates"> & { updates: Static<typeof PackageUpdateSchema>[] };
+type CheckAnswer = Omit<SystemStatus, "updates"> & { updates: PackageUpdate[] };
 
 const check: Command = {
   words: ["updates", "check"],
@@ -30,14 +30,16 @@ const check: Command = {
     if (s.updates.length > 0)
       print(
         table(
-          ["PACKAGE", "ARCH", "CURRENT", "NEW", "SECURITY", "HELD"],
+          ["PACKAGE", "ARCH", "CURRENT", "NEW", "SECURITY", "SEVERITY", "CVES", "HELD"],
           s.updates.map((u) => [
             u.name,
             u.arch,
             u.current_version,
             u.new_version,
             u.security ? cell(u.security_version) : "-",
-            cell(u.held),
+            highestSeverity(u.advisories),
+            String(new Set(u.advisories.flatMap((a) => a.cves)).size),
+            u.held_reason ?? "-",
           ]),
         ),
       );

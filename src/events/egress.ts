@@ -1,30 +1,19 @@
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import http from "node:http";
 import https from "node:https";
-import { BlockList, isIP, type LookupFunction } from "node:net";
+import { isIP, type LookupFunction } from "node:net";
+import { AddressSet } from "../util/cidrs.js";
 import { absoluteUrl, carriesCredentials } from "../util/urls.js";
 
 /** Address ranges a caller-supplied URL must never reach (cloud metadata, link-local, ...). */
 export class DenyList {
-  private readonly list = new BlockList();
+  private readonly set: AddressSet;
   constructor(readonly cidrs: readonly string[]) {
-    for (const c of cidrs) {
-      const [ip = "", bits = ""] = c.split("/");
-      const family = isIP(ip) === 6 ? "ipv6" : "ipv4";
-      this.list.addSubnet(ip, Number(bits), family);
-    }
+    this.set = new AddressSet(cidrs);
   }
 
   denies(address: string): boolean {
-    const family = isIP(address);
-    if (family === 0) return false;
-    if (family === 6) {
-      // An IPv4-mapped IPv6 address (::ffff:169.254.169.254) reaches the IPv4 host: judge it as that.
-      const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-      if (mapped?.[1]) return this.list.check(mapped[1], "ipv4") || this.list.check(address, "ipv6");
-      return this.list.check(address, "ipv6");
-    }
-    return this.list.check(address, "ipv4");
+    return this.set.has(address);
   }
 }
 

@@ -35,12 +35,14 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
   app.get<{ Querystring: EventListQuery }>(
     "/v1/events",
     {
+      // The outbox holds the three areas' callbacks (routes', operator updates', applies'), bodies included.
+      config: { scopes: ["proxy:read", "operator:read", "system:read"] },
       schema: {
         tags: ["events"],
         operationId: "listEvents",
         summary: "List callback events and their delivery attempts",
         description:
-          "The events of the durable outbox (`route_backup`, `route_change`, `operator_update`), newest first, each with its body and every delivery attempt. Filter by `state` and `type`; at most `limit` events (default 50, at most 500).",
+          "The events of the durable outbox (`route_backup`, `route_change`, `operator_update`, `system_update`), newest first, each with its body and every delivery attempt. Filter by `state` and `type`; at most `limit` events (default 50, at most 500).",
         querystring: EventListQuerySchema,
         response: {
           200: jsonContent(Type.Ref("EventList"), "The events."),
@@ -58,6 +60,7 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
   app.post<{ Params: { event_id: string } }>(
     "/v1/events/:event_id/redeliver",
     {
+      config: { scopes: ["proxy:write", "operator:write", "system:write"] },
       schema: {
         tags: ["events"],
         operationId: "redeliverEvent",

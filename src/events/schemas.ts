@@ -26,7 +26,9 @@ export const EventAttemptSchema = Type.Object(
 export const OutboxEventSchema = Type.Object(
   {
     id: Type.String({ description: "The event's id, sent as `webhook-id` on every attempt: `msg_<uuid>`." }),
-    type: Type.String({ description: "`route_backup`, `route_change` or `operator_update`." }),
+    type: Type.String({
+      description: "`route_backup`, `route_change`, `operator_update` or `system_update`.",
+    }),
     url: Type.String({ description: "The callback URL the event is sent to." }),
     state: StringEnum(EVENT_STATES, {
       description:
@@ -34,7 +36,7 @@ export const OutboxEventSchema = Type.Object(
     }),
     ordering_key: nullable(
       Type.String(),
-      "Events with the same key are delivered one at a time, in the order written (per route and callback URL for route events, per update for operator updates).",
+      "Events with the same key are delivered one at a time, in the order written (per route and callback URL for route events, per update for operator updates, per apply for system updates).",
     ),
     created_at: Type.String({ format: "date-time" }),
     next_attempt_at: nullable(

@@ -1,5 +1,5 @@
-import { isIP } from "node:net";
 import { parse, setting } from "../config.js";
+import { parseCidrs } from "../util/cidrs.js";
 
 /** Callbacks: signing, where they may go, and how their delivery is timed and retried. */
 export const eventSettings = {
@@ -27,17 +27,7 @@ export const eventSettings = {
     doc: "Comma-separated address ranges callbacks may never connect to (checked on the resolved address at connect time).",
     defaultText: "169.254.0.0/16,fe80::/10,0.0.0.0/8,::/128",
     default: ["169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "::/128"],
-    parse: (raw) => {
-      const list = parse.list(raw);
-      for (const c of list) {
-        const [ip, bits] = c.split("/");
-        const family = isIP(ip ?? "");
-        const n = Number(bits);
-        if (!family || !Number.isInteger(n) || n < 0 || n > (family === 4 ? 32 : 128))
-          throw new Error(`"${c}" is not an address range`);
-      }
-      return list;
-    },
+    parse: (raw) => parseCidrs(parse.list(raw)),
   }),
   webhookTimeoutMs: setting({
     key: "webhookTimeoutMs",

@@ -33,6 +33,7 @@ export function registerHealthRoutes(app: App, service: HealthService): void {
   app.get(
     "/v1/status",
     {
+      config: { scopes: ["system:read"] },
       schema: {
         tags: ["agent"],
         operationId: "getAgentStatus",

@@ -114,6 +114,38 @@ export const AgentStatusSchema = Type.Object(
       },
       { additionalProperties: false },
     ),
+    boot: Type.Object(
+      {
+        boot_id: Nullable(
+          Type.String(),
+          "The host's boot id (`HOSTKEEPER_BOOT_ID_FILE`); null when it cannot be read (reboots are then not tracked).",
+        ),
+        booted_at: Nullable(Type.String({ format: "date-time" }), "When the host booted (from its uptime)."),
+        kernel: Nullable(Type.String(), "The running kernel's release (`uname -r`)."),
+        last_reboot: Type.Union(
+          [
+            Type.Object(
+              {
+                previous_boot_id: Type.String(),
+                detected_at: Type.String({
+                  format: "date-time",
+                  description: "When the agent first ran in the new boot.",
+                }),
+                planned: Type.Boolean({
+                  description:
+                    "Whether it was the reboot an apply scheduled (`auto_reboot`); false: unplanned.",
+                }),
+                apply_id: Nullable(Type.Integer(), "The apply whose reboot it was."),
+              },
+              { additionalProperties: false },
+            ),
+            Type.Null(),
+          ],
+          { description: "The latest reboot the agent noticed; null before any." },
+        ),
+      },
+      { additionalProperties: false },
+    ),
     operator: Type.Object(
       {
         active_instance: Type.Union([Type.Ref("OperatorActiveInstance"), Type.Null()], {

@@ -111,6 +111,7 @@ export class HealthService {
         regular_updates: check?.regular_updates ?? null,
         reboot_required: check?.reboot_required ?? null,
       },
+      boot: this.o.system.bootStatus(),
       operator: { active_instance: this.o.operator.activeInstance() },
       readiness,
     };

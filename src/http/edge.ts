@@ -11,6 +11,7 @@ import FindMyWay from "find-my-way";
 import type { TokenCheck } from "./auth.js";
 import { ApiError, type ProblemCode, problemBody, sendProblem, toApiError } from "./errors.js";
 import { genReqId, REQUEST_ID_HEADER } from "./request-id.js";
+import type { Grant } from "./scopes.js";
 
 /**
  * Route parameters may be as long as a request line can be (Node caps the whole head at 16 KiB), so a
@@ -22,6 +23,8 @@ export interface RegisteredRoute {
   method: string;
   url: string;
   public: boolean;
+  /** The scopes a token needs (none for a public route). */
+  scopes: readonly Grant[];
 }
 
 /**
@@ -34,10 +37,10 @@ export class RouteTable {
   private readonly list: RegisteredRoute[] = [];
   private readonly methods = new Set<string>();
 
-  add(method: string | string[], url: string, isPublic: boolean): void {
+  add(method: string | string[], url: string, isPublic: boolean, scopes: readonly Grant[] = []): void {
     for (const m of Array.isArray(method) ? method : [method]) {
       if (this.list.some((r) => r.method === m && r.url === url)) continue;
-      this.list.push({ method: m, url, public: isPublic });
+      this.list.push({ method: m, url, public: isPublic, scopes });
       this.methods.add(m);
       this.router.on(m as FindMyWay.HTTPMethod, url, () => undefined);
     }
@@ -56,7 +59,7 @@ export class RouteTable {
 /** Collects the app's routes into `table`; register before any route is added. */
 export function trackRoutes(app: FastifyInstance, table: RouteTable): void {
   app.addHook("onRoute", (route) => {
-    table.add(route.method, route.url, route.config?.public === true);
+    table.add(route.method, route.url, route.config?.public === true, route.config?.scopes);
   });
 }
 
@@ -112,7 +115,7 @@ export function registerProblemHandlers(
 export function answerExpectations(app: FastifyInstance, check: TokenCheck): void {
   app.server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
     const problem =
-      check(req.headers.authorization) ??
+      check(req.headers.authorization, req.socket.remoteAddress) ??
       new ApiError("expectation_failed", "only Expect: 100-continue is supported");
     const body = JSON.stringify(problemBody(problem));
     res.writeHead(problem.status, {
@@ -121,6 +124,7 @@ export function answerExpectations(app: FastifyInstance, check: TokenCheck): voi
       connection: "close",
       [REQUEST_ID_HEADER]: genReqId(req),
       ...(problem.code === "unauthorized" ? { "www-authenticate": 'Bearer realm="hostkeeper"' } : {}),
+      ...problem.headers,
     });
     res.end(body);
   });
@@ -139,7 +143,7 @@ export function httpEdgeOptions(
     frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
       // No hook runs for these requests, so the id is echoed here.
       void reply.header(REQUEST_ID_HEADER, request.id);
-      const refused = check(request.headers.authorization);
+      const refused = check(request.headers.authorization, request.ip);
       if (refused) return sendProblem(reply, refused);
       const detail =
         error.code === "FST_ERR_BAD_URL"

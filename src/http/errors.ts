@@ -9,26 +9,32 @@ export const problemCodes = {
   malformed_body: { status: 400, title: "Malformed request body" },
   malformed_request: { status: 400, title: "Malformed request" },
   unauthorized: { status: 401, title: "Missing or invalid bearer token" },
+  insufficient_scope: { status: 403, title: "Token lacks a scope the route requires" },
   operator_route_immutable: { status: 403, title: "Operator route is immutable" },
   not_found: { status: 404, title: "Not found" },
   route_not_found: { status: 404, title: "Route not found" },
   change_not_found: { status: 404, title: "Route change not found" },
   event_not_found: { status: 404, title: "Event not found" },
   update_not_found: { status: 404, title: "Update process not found" },
+  apply_not_found: { status: 404, title: "Apply not found" },
+  token_not_found: { status: 404, title: "Token not found" },
   method_not_allowed: { status: 405, title: "Method not allowed" },
   route_exists: { status: 409, title: "Route already exists" },
   restore_conflict: { status: 409, title: "Restore does not apply to the route as it is now" },
   event_pending: { status: 409, title: "Event is still pending" },
   update_in_progress: { status: 409, title: "Update already in progress" },
   update_id_conflict: { status: 409, title: "Update process id already used with a different request" },
+  token_not_rotatable: { status: 409, title: "Token is configuration and cannot be rotated by the agent" },
   request_timeout: { status: 408, title: "Request timed out" },
   payload_too_large: { status: 413, title: "Request body too large" },
   unsupported_media_type: { status: 415, title: "Unsupported media type" },
   expectation_failed: { status: 417, title: "Expectation failed" },
+  too_many_failed_authentications: { status: 429, title: "Too many failed authentications" },
   request_header_fields_too_large: { status: 431, title: "Request header fields too large" },
   internal_error: { status: 500, title: "Internal server error" },
   package_manager_busy: { status: 500, title: "Package manager busy" },
   package_manager_failed: { status: 500, title: "Package manager failed" },
+  token_rotation_failed: { status: 500, title: "Token rotation could not be stored" },
   proxy_unavailable: { status: 503, title: "Proxy unavailable" },
   proxy_rejected_change: { status: 503, title: "Proxy rejected the change" },
   proxy_rollback_failed: { status: 503, title: "Proxy change failed and rollback failed" },
@@ -56,11 +62,18 @@ export class ApiError extends Error {
   readonly errors: FieldError[] | undefined;
   /** Extension members added to the problem body (RFC 9457 section 3.2). */
   readonly extensions: Record<string, unknown> | undefined;
+  /** Response headers the problem needs (`Retry-After`, `WWW-Authenticate` with a scope). */
+  readonly headers: Record<string, string> | undefined;
 
   constructor(
     code: ProblemCode,
     detail: string,
-    opts: { errors?: FieldError[]; extensions?: Record<string, unknown>; cause?: unknown } = {},
+    opts: {
+      errors?: FieldError[];
+      extensions?: Record<string, unknown>;
+      headers?: Record<string, string>;
+      cause?: unknown;
+    } = {},
   ) {
     super(detail, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = "ApiError";
@@ -68,6 +81,7 @@ export class ApiError extends Error {
     this.status = problemCodes[code].status;
     this.errors = opts.errors;
     this.extensions = opts.extensions;
+    this.headers = opts.headers;
   }
 }
 
@@ -266,5 +280,6 @@ export function toApiError(err: FastifyError | Error): { apiError: ApiError; une
 /** Sends `err` as the problem body; the one place a problem reaches the wire for a parsed request. */
 export function sendProblem(reply: FastifyReply, err: ApiError): FastifyReply {
   if (err.code === "unauthorized") void reply.header("www-authenticate", 'Bearer realm="hostkeeper"');
+  for (const [name, value] of Object.entries(err.headers ?? {})) void reply.header(name, value);
   return reply.code(err.status).type("application/problem+json").send(problemBody(err));
 }

@@ -2,7 +2,8 @@ import swagger from "@fastify/swagger";
 import type { FastifyInstance } from "fastify";
 import { ProblemSchema } from "./schemas.js";
 
-export const apiDescription = `Host-management agent. Every endpoint requires \`Authorization: Bearer <token>\`; a missing or wrong token is 401.
+export const apiDescription = `Host-management agent. Every endpoint requires \`Authorization: Bearer <token>\`; a missing or wrong token is 401,
+a token without the operation's scopes (its security requirement) 403 \`insufficient_scope\`, and repeated failures from one address 429.
 Every error is an RFC 9457 \`application/problem+json\` body with \`type\` (\`urn:hostkeeper:problem:<code>\`),
 \`title\`, \`status\`, \`detail\` and \`code\`; validation errors list each offending field in \`errors\`.
 Unknown request fields are rejected. Callbacks (\`route_backup\`, \`route_change\`, \`operator_update\`) are JSON POSTs signed
@@ -40,7 +41,14 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
       openapi: "3.1.0",
       info: { title: "Hostkeeper host-management API", version: "1.0.0", description: apiDescription },
       components: {
-        securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
+        securitySchemes: {
+          bearer: {
+            type: "http",
+            scheme: "bearer",
+            description:
+              "A token of `HOSTKEEPER_TOKENS_FILE` or the agent's own. Each operation's requirement lists the scopes the token must hold, all of them: `proxy:read`, `proxy:write`, `system:read`, `system:write`, `operator:read`, `operator:write`; `*` holds every scope and is itself required by the audit trail and token rotation.",
+          },
+        },
       },
       security: [{ bearer: [] }],
       servers: [{ url: "/", description: "The agent that serves this document (`HOSTKEEPER_LISTEN`)." }],

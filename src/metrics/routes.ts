@@ -7,8 +7,12 @@ import type { Metrics } from "./metrics.js";
  * the probes: its body is not JSON and no API client calls it; the README documents it.
  */
 export function registerMetricsRoutes(app: App, metrics: Metrics): void {
-  app.get("/metrics", { schema: { hide: true } }, async (_request, reply) => {
-    const text = await metrics.exposition();
-    return reply.type(metrics.contentType).send(text);
-  });
+  app.get(
+    "/metrics",
+    { schema: { hide: true }, config: { scopes: ["system:read"] } },
+    async (_request, reply) => {
+      const text = await metrics.exposition();
+      return reply.type(metrics.contentType).send(text);
+    },
+  );
 }

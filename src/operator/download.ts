@@ -67,9 +67,22 @@ export class Downloader {
 
   /** A small text file (SHA256SUMS); undefined when the server says it does not exist. */
   async text(url: URL, maxBytes: number, closing: AbortSignal): Promise<string | undefined> {
+    return (await this.small(url, maxBytes, closing))?.toString("utf8");
+  }
+
+  /**
+   * A small file's bytes (a signature, or the SHA256SUMS it signs, byte for byte); undefined when the server
+   * answers one of `absent` (404; object storage answers a missing key with 403 to whom may not list).
+   */
+  async small(
+    url: URL,
+    maxBytes: number,
+    closing: AbortSignal,
+    absent: readonly number[] = [404],
+  ): Promise<Buffer | undefined> {
     return this.retrying(closing, async (signal) => {
       const res = await this.open(url, {}, signal);
-      if (res.statusCode === 404) {
+      if (absent.includes(res.statusCode ?? 0)) {
         res.resume();
         return undefined;
       }
@@ -87,7 +100,7 @@ export class Downloader {
         }
         chunks.push(chunk);
       }
-      return Buffer.concat(chunks).toString("utf8");
+      return Buffer.concat(chunks);
     });
   }
 
@@ -262,10 +275,14 @@ export class Downloader {
   }
 }
 
-export async function sha256File(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
-  return hash.digest("hex");
+/** Digests of a file, each algorithm (a `crypto.createHash` name) over one read of it. */
+export async function hashFile<A extends string>(
+  path: string,
+  algorithms: readonly A[],
+): Promise<Record<A, Buffer>> {
+  const hashes = algorithms.map((a) => createHash(a));
+  for await (const chunk of createReadStream(path)) for (const h of hashes) h.update(chunk as Buffer);
+  return Object.fromEntries(algorithms.map((a, i) => [a, hashes[i]?.digest()])) as Record<A, Buffer>;
 }
 
 /** The sha256 listed for `name` in a SHA256SUMS text (`<hex>  <name>` or `<hex> *<name>` lines). */

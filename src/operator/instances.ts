@@ -3,6 +3,7 @@ import { accessSync, closeSync, constants, mkdirSync, openSync } from "node:fs";
 import http from "node:http";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { processStartTime, signalGroup } from "../util/processes.js";
 import { UpdateFailure } from "./failure.js";
 import type { ProcessRecord, Slot } from "./store.js";
@@ -34,8 +35,6 @@ export interface InstancesOptions {
   env: NodeJS.ProcessEnv;
 }
 
-const PASSED_ENV = ["PATH", "HOME", "LANG", "TZ"];
-
 /**
  * Starts and stops operator instances. Each runs detached in its own session and process group (PGID = its
  * PID), so it outlives the agent and a stop reaches everything it started.
@@ -59,9 +58,8 @@ export class Instances {
     } catch (err) {
       throw new UpdateFailure("start_failed", `${file} is not executable: ${(err as Error).message}`);
     }
-    const env: Record<string, string> = {};
-    for (const k of PASSED_ENV) if (this.o.env[k] !== undefined) env[k] = this.o.env[k] as string;
-    Object.assign(env, this.o.extraEnv, {
+    const env = childEnv(this.o.env, CHILD_ENV.operator, {
+      ...this.o.extraEnv,
       PORT: String(port),
       OPERATOR_SLOT: slot,
       OPERATOR_VERSION: version,

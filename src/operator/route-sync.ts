@@ -17,7 +17,7 @@ export interface RouteSyncOptions {
 /**
  * Points the operator's route at the active slot. The route itself stays the same while there is an active
  * instance: it dials `{file.<upstream file>}`, which Caddy reads per request, so the switch is an atomic
- * replacement of that file. Putting the unchanged route again is a no-op for Caddy; only creating it
+ * replacement of that file. Putting the unchanged route again is not even sent to Caddy; only creating it
  * (first install) or turning it into a 503 answer (nothing to serve) reloads Caddy's config, which resets
  * a few connections arriving at that moment.
  *

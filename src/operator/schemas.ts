@@ -100,6 +100,29 @@ export const UpdateStatusSchema = Type.Object(
       ],
       { description: "Why the update failed or was rolled back." },
     ),
+    signature: Type.Union(
+      [
+        Type.Object(
+          {
+            key_id: Type.String({
+              description: "The trusted minisign key that signed, as minisign shows it.",
+            }),
+            signed_file: Type.String({
+              description: "What the signature covers: the artifact itself, or the `SHA256SUMS` listing it.",
+            }),
+            trusted_comment: Type.String({
+              description: "The signature's trusted comment (signed with it).",
+            }),
+          },
+          { additionalProperties: false },
+        ),
+        Type.Null(),
+      ],
+      {
+        description:
+          "The minisign signature that authenticated the artifact (with `HOSTKEEPER_OPERATOR_TRUSTED_KEYS`), once verified; null before that and without trusted keys.",
+      },
+    ),
     history: Type.Array(
       Type.Object({ state: Type.String(), at: Type.String() }, { additionalProperties: false }),
       { description: "Every state the update has been in, oldest first, with the time it entered it." },

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
@@ -12,10 +13,18 @@ import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
 import { settledWithin } from "../util/timers.js";
 import { CrashMonitor } from "./crash-monitor.js";
-import { checksumFor, Downloader, sha256File, sleep } from "./download.js";
+import { checksumFor, Downloader, hashFile, sleep } from "./download.js";
 import { type UpdateErrorCode, UpdateFailure } from "./failure.js";
 import { moveIntoPlace } from "./files.js";
 import { checkHealth, Instances, isRunning } from "./instances.js";
+import {
+  checkSignature,
+  parseSignature,
+  parseTrustedKeys,
+  type Signature,
+  type TrustedKey,
+  verifyDigest,
+} from "./minisign.js";
 import { RouteSync } from "./route-sync.js";
 import type {
   ActiveInstance,
@@ -53,9 +62,17 @@ const BEFORE_SWITCH: ReadonlySet<UpdateState> = new Set([
 const WATCH_FAILURES = 3;
 const HEALTH_REQUEST_TIMEOUT_MS = 2000;
 const SHA256SUMS_MAX_BYTES = 1_048_576;
+/** A `.minisig` is four short lines; anything much larger is not one. */
+const MINISIG_MAX_BYTES = 4096;
 const PROGRESS_EVERY_MS = 250;
 
 const normalizeChecksum = (c: string | undefined) => c?.replace(/^sha256:/, "").toLowerCase();
+
+/** How an artifact is authenticated when trusted keys are configured. */
+type Authentication =
+  | { signed: "artifact"; sig: Signature; key: TrustedKey; file: string }
+  /** A signed SHA256SUMS, and the sha256 it lists for the artifact. */
+  | { signed: "SHA256SUMS"; sig: Signature; key: TrustedKey; file: string; sha256: string };
 
 function failureOf(err: unknown, fallback: UpdateErrorCode): UpdateFailure {
   if (err instanceof UpdateFailure) return err;
@@ -83,6 +100,7 @@ export class OperatorService {
   private readonly monitor: CrashMonitor;
   private readonly closing = new AbortController();
   private readonly routeId: string | undefined;
+  private readonly trustedKeys: TrustedKey[];
   /** The update (or the recovery of one) under way. */
   private job: Promise<void> | undefined;
 
@@ -90,6 +108,7 @@ export class OperatorService {
     const c = o.config;
     const env = o.env ?? process.env;
     this.routeId = o.routes.operatorRouteId;
+    this.trustedKeys = parseTrustedKeys(c.trustedKeys);
     this.store = new OperatorStore(o.db, o.outbox, o.log, o.metrics);
     this.instances = new Instances({
       root: join(o.dataDir, "operator"),
@@ -294,7 +313,15 @@ export class OperatorService {
         previous_version: previous?.version ?? null,
         new_slot: target,
       });
-      const expected = u.checksum ?? (await this.listedChecksum(u));
+      const auth = this.trustedKeys.length > 0 ? await this.authentication(u) : undefined;
+      // A signed artifact needs no checksum; otherwise the request's, else the (signed) SHA256SUMS's.
+      const expected =
+        u.checksum ??
+        (auth === undefined
+          ? await this.listedChecksum(u)
+          : auth.signed === "SHA256SUMS"
+            ? auth.sha256
+            : null);
       await mkdir(join(this.o.dataDir, "operator", "downloads"), { recursive: true, mode: 0o700 });
       let reported = 0;
       await this.downloader.toFile(
@@ -308,8 +335,20 @@ export class OperatorService {
         this.closing.signal,
       );
       this.store.transition(id, "verifying", { checksum: expected });
-      const actual = await sha256File(tmp);
-      if (actual !== expected)
+      const hashes = await hashFile(tmp, ["sha256", "blake2b512"]);
+      const actual = hashes.sha256.toString("hex");
+      if (u.checksum !== null && actual !== u.checksum)
+        throw new UpdateFailure(
+          "checksum_mismatch",
+          `the artifact's sha256 is ${actual}, expected ${u.checksum}`,
+        );
+      if (auth?.signed === "SHA256SUMS" && actual !== auth.sha256)
+        throw new UpdateFailure(
+          "signature_mismatch",
+          `the artifact's sha256 is ${actual}, but the signed ${auth.file} lists ${auth.sha256}: it was changed after signing`,
+        );
+      if (auth?.signed === "artifact") verifyDigest(auth.sig, auth.key, hashes.blake2b512, "the artifact");
+      if (auth === undefined && actual !== expected)
         throw new UpdateFailure(
           "checksum_mismatch",
           `the artifact's sha256 is ${actual}, expected ${expected}`,
@@ -323,7 +362,17 @@ export class OperatorService {
         throw failureOf(err, "install_failed");
       }
       this.store.setInstalled(target, u.version, id);
-      this.store.transition(id, "starting");
+      this.store.transition(
+        id,
+        "starting",
+        auth === undefined
+          ? {}
+          : {
+              signature_key_id: auth.key.id,
+              signature_file: auth.file,
+              signature_comment: auth.sig.trustedComment,
+            },
+      );
       started = true;
       this.slots.start(target);
       this.store.transition(id, "health_checking");
@@ -524,6 +573,47 @@ export class OperatorService {
     const sum = checksumFor(text, name);
     if (!sum) throw new UpdateFailure("checksum_unavailable", `${url} does not list ${name}`);
     return sum;
+  }
+
+  /**
+   * With trusted keys: `<artifact>.minisig`, else `SHA256SUMS.minisig` with the `SHA256SUMS` it signs (checked
+   * here, as it is small, and the artifact's sha256 taken from it). Either signature must be by a trusted key
+   * with an intact trusted comment. The artifact itself is checked once downloaded.
+   */
+  private async authentication(u: UpdateRow): Promise<Authentication> {
+    const name = this.o.config.artifactName;
+    const fetch = async (file: string, max: number, absent?: number[]) => {
+      const url = this.source.locate(u.artifact_source, u.version, file);
+      return { url, bytes: await this.downloader.small(url, max, this.closing.signal, absent) };
+    };
+    // Probed: a bucket answers 403 for a missing key to a reader without the right to list it.
+    const own = await fetch(`${name}.minisig`, MINISIG_MAX_BYTES, [403, 404]);
+    if (own.bytes !== undefined) {
+      const sig = parseSignature(own.bytes.toString("utf8"), `${name}.minisig`);
+      return {
+        signed: "artifact",
+        sig,
+        key: checkSignature(sig, this.trustedKeys, `${name}.minisig`),
+        file: name,
+      };
+    }
+    const sums = await fetch("SHA256SUMS.minisig", MINISIG_MAX_BYTES);
+    if (sums.bytes === undefined)
+      throw new UpdateFailure(
+        "signature_missing",
+        `trusted keys are configured, and neither ${own.url} nor ${sums.url} exists`,
+      );
+    const sig = parseSignature(sums.bytes.toString("utf8"), "SHA256SUMS.minisig");
+    const key = checkSignature(sig, this.trustedKeys, "SHA256SUMS.minisig");
+    const list = await fetch("SHA256SUMS", SHA256SUMS_MAX_BYTES);
+    if (list.bytes === undefined)
+      throw new UpdateFailure("signature_missing", `${sums.url} exists but ${list.url} does not`);
+    // The signature is over the file's bytes as published, not over a decoding of them.
+    verifyDigest(sig, key, createHash("blake2b512").update(list.bytes).digest(), "SHA256SUMS");
+    const sha256 = checksumFor(list.bytes.toString("utf8"), name);
+    if (!sha256)
+      throw new UpdateFailure("checksum_unavailable", `the signed ${list.url} does not list ${name}`);
+    return { signed: "SHA256SUMS", sig, key, file: "SHA256SUMS", sha256 };
   }
 
   private healthy(port: number): Promise<boolean> {

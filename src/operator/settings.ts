@@ -1,5 +1,6 @@
 import { parse, setting } from "../config.js";
 import { absoluteUrl, carriesCredentials } from "../util/urls.js";
+import { parseTrustedKey, parseTrustedKeys, trustedKeyLines } from "./minisign.js";
 import { sourceProblem } from "./source.js";
 
 /** A URL setting: absolute http(s), without credentials, query or fragment; trailing slashes dropped. */
@@ -114,6 +115,21 @@ export const operatorSettings = {
     defaultText: "false",
     default: false,
     parse: parse.bool,
+  }),
+  trustedKeys: setting({
+    key: "operatorTrustedKeys",
+    env: "HOSTKEEPER_OPERATOR_TRUSTED_KEYS",
+    area: "operator",
+    doc: "minisign public keys (the base64 line of a `minisign.pub`), separated by commas, spaces or newlines (`untrusted comment:` lines are skipped; a list in the config file). When set, an artifact runs only with a valid signature by one of them: `<artifact>.minisig`, else a signed `SHA256SUMS` (`SHA256SUMS.minisig`) listing it. Only minisign's default, prehashed signatures are accepted (README: Operator self-update).",
+    defaultText: "none (checksums only)",
+    default: [] as string[],
+    parse: (raw) => {
+      const text = Array.isArray(raw) ? raw.map(String).join("\n") : parse.string()(raw);
+      const lines = trustedKeyLines(text);
+      parseTrustedKeys(lines);
+      return lines;
+    },
+    show: (lines) => lines.map((l) => `${l} (key id ${parseTrustedKey(l).id})`).join(", ") || "none",
   }),
   caFile: setting({
     key: "operatorCaFile",

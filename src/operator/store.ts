@@ -51,6 +51,14 @@ export const operatorMigrations: Migration[] = [
       );
       INSERT INTO operator_slots (slot) VALUES ('blue'), ('green');`,
   },
+  {
+    // The minisign signature that authenticated an update's artifact (with HOSTKEEPER_OPERATOR_TRUSTED_KEYS).
+    name: "operator.002_signature",
+    sql: `
+      ALTER TABLE operator_updates ADD COLUMN signature_key_id TEXT;
+      ALTER TABLE operator_updates ADD COLUMN signature_file TEXT;
+      ALTER TABLE operator_updates ADD COLUMN signature_comment TEXT;`,
+  },
 ];
 
 export type Slot = "blue" | "green";
@@ -85,6 +93,9 @@ export interface UpdateRow {
   artifact_source: string;
   artifact_url: string | null;
   checksum: string | null;
+  signature_key_id: string | null;
+  signature_file: string | null;
+  signature_comment: string | null;
   state: UpdateState;
   bytes_done: number;
   bytes_total: number | null;
@@ -105,6 +116,9 @@ type UpdateFields = Partial<
     UpdateRow,
     | "artifact_url"
     | "checksum"
+    | "signature_key_id"
+    | "signature_file"
+    | "signature_comment"
     | "previous_slot"
     | "previous_version"
     | "new_slot"
@@ -258,6 +272,14 @@ export class OperatorStore {
         row.error_code === null
           ? null
           : { code: row.error_code, message: row.error_message ?? row.error_code },
+      signature:
+        row.signature_key_id === null
+          ? null
+          : {
+              key_id: row.signature_key_id,
+              signed_file: row.signature_file ?? "",
+              trusted_comment: row.signature_comment ?? "",
+            },
       history,
       created_at: row.created_at,
       updated_at: row.updated_at,

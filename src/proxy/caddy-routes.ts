@@ -30,6 +30,8 @@ export interface CaddyRoutesOptions {
   server: string;
   /** Listen addresses of the managed server when it has to be created. */
   listen: readonly string[];
+  /** Fields Caddy's HTTP app gets when it has to be created (`grace_period`). */
+  httpApp?: Record<string, unknown>;
 }
 
 /** Bytes up to which a routes answer Caddy sized is read whole rather than streamed. */
@@ -254,6 +256,67 @@ export class CaddyRoutes {
     return true;
   }
 
+  /**
+   * Rewrites every route `transform` changes, as one change with If-Match (one reload; none when no route
+   * changes); returns how many changed. `conforms` may tell from Caddy's text alone that nothing would
+   * change, which spares parsing every route (20,000 of them at start). Re-reads and tries once more when
+   * the routes changed meanwhile.
+   */
+  async conform(
+    transform: (route: RouteJson) => RouteJson,
+    conforms: (text: string) => boolean = () => false,
+  ): Promise<number> {
+    this.cache = undefined;
+    for (let attempt = 0; ; attempt++) {
+      const res = await this.admin.read(this.routesPath);
+      if (res.status !== 200 || !res.etag) {
+        if (await this.serverMissing(res.status)) return 0;
+        throw new CaddyApiError(res.status, caddyErrorText(res));
+      }
+      if (conforms(res.text)) return 0;
+      const state = routesStateOf(res.text, res.etag);
+      let changed = 0;
+      const routes = state.routes.map((r) => {
+        const out = transform(r);
+        if (out !== r) changed++;
+        return out;
+      });
+      if (changed === 0) return 0;
+      try {
+        await this.admin.write("PATCH", this.routesPath, routes, state.etag);
+        return changed;
+      } catch (err) {
+        if (!(err instanceof CaddyApiError && err.status === 412) || attempt > 0) throw err;
+      }
+    }
+  }
+
+  /**
+   * Whether `key` of Caddy's HTTP app holds another value than `value`; false when there is no HTTP app (the
+   * agent creates it with the value when it creates the managed server).
+   */
+  async httpAppFieldDiffers(key: string, value: unknown): Promise<boolean> {
+    return (await this.readHttpAppField(key, value)) !== undefined;
+  }
+
+  /** Sets `key` of Caddy's HTTP app to `value` when it holds another (see `httpAppFieldDiffers`); true when it did. */
+  async setHttpAppField(key: string, value: unknown): Promise<boolean> {
+    const etag = await this.readHttpAppField(key, value);
+    if (etag === undefined) return false;
+    // POST sets an object's key whether or not it exists; If-Match keeps it off a concurrent change.
+    await this.admin.write("POST", `/config/apps/http/${key}`, value, etag);
+    return true;
+  }
+
+  /** The ETag to write `key` of the HTTP app with when it differs from `value`; undefined when it need not be. */
+  private async readHttpAppField(key: string, value: unknown): Promise<string | undefined> {
+    const now = await this.admin.read(`/config/apps/http/${key}`);
+    if (now.status === 400 || now.status === 404) return undefined;
+    if (now.status !== 200) throw new CaddyApiError(now.status, caddyErrorText(now));
+    if (canonicalJson(JSON.parse(now.text)) === canonicalJson(value)) return undefined;
+    return now.etag ?? "";
+  }
+
   /** Missing intermediate keys read as 400 ("invalid traversal path"); confirm the server is really absent. */
   private async serverMissing(status: number): Promise<boolean> {
     if (status !== 400 && status !== 404) return false;
@@ -322,7 +385,8 @@ export class CaddyRoutes {
       node = (node as Record<string, unknown>)[chain[depth] as string];
       depth++;
     }
-    for (let i = chain.length - 1; i > depth; i--) value = { [chain[i] as string]: value };
+    for (let i = chain.length - 1; i > depth; i--)
+      value = { ...(chain[i - 1] === "http" ? this.opts.httpApp : {}), [chain[i] as string]: value };
     if (state.config === null || state.config === undefined) {
       return this.admin.write("POST", "/config/", { [chain[0] as string]: value }, ifMatch);
     }

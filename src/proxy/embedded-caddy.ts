@@ -11,6 +11,7 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { processStartTime } from "../util/processes.js";
 import { settledWithin } from "../util/timers.js";
 import { hostPort } from "../util/urls.js";
@@ -189,8 +190,11 @@ export class EmbeddedCaddy {
       this.version = {
         pid,
         value: new Promise((resolve) =>
-          execFile(exe, ["version"], { timeout: 5_000 }, (err, stdout) =>
-            resolve(err ? null : (stdout.trim().split(/\s+/)[0] ?? null)),
+          execFile(
+            exe,
+            ["version"],
+            { timeout: 5_000, env: childEnv(process.env, CHILD_ENV.caddy) },
+            (err, stdout) => resolve(err ? null : (stdout.trim().split(/\s+/)[0] ?? null)),
           ),
         ),
       };
@@ -302,12 +306,11 @@ export class EmbeddedCaddy {
       child = spawn(this.o.binary, ["run", "--resume", "--config", bootstrap, "--pidfile", this.pidFile], {
         detached: true,
         stdio: ["ignore", logFd, logFd],
-        env: {
-          ...process.env,
+        env: childEnv(process.env, CHILD_ENV.caddy, {
           XDG_CONFIG_HOME: join(this.dir, "config"),
           XDG_DATA_HOME: join(this.dir, "data"),
           HOME: this.dir,
-        },
+        }),
       });
     } finally {
       closeSync(logFd);

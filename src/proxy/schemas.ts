@@ -76,7 +76,7 @@ export const RouteHandleSchema = Type.Object(
     $id: "RouteHandle",
     title: "RouteHandle",
     description:
-      "A Caddy handler. Routes written by the agent hold one `reverse_proxy` handler with `upstreams` (`[{dial}]`) and `load_balancing.selection_policy` (`{policy: first}` or `{policy: weighted_round_robin, weights: [...]}`).",
+      "A Caddy handler. Routes written by the agent hold one `reverse_proxy` handler with `upstreams` (`[{dial}]`) and `load_balancing.selection_policy` (`{policy: first}` or `{policy: weighted_round_robin, weights: [...]}`), and `stream_close_delay` (a Caddy duration such as `2m`) unless that setting is 0.",
   },
 );
 

@@ -10,6 +10,7 @@ import { CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
 import { normalizeDomain, parseDial } from "./domain.js";
 import type { Op, RouteJson } from "./plan.js";
 import type { ChangeOperation, ChangeOutcome, RouteWriteRequest } from "./schemas.js";
+import { caddyDuration, routesHaveDelay, withStreamCloseDelay } from "./streams.js";
 import type { ChangeResult, RouteWriter, WriteFailure } from "./writer.js";
 
 export const proxyMigrations: Migration[] = [
@@ -154,6 +155,10 @@ export interface RouteServiceOptions {
   /** Normalised id of the operator's route, if configured. */
   operatorRouteId: string | undefined;
   firstAttemptTimeoutMs: number;
+  /** `stream_close_delay` every route the agent writes gets on its `reverse_proxy` handlers (0: none). */
+  streamCloseDelayMs: number;
+  /** `grace_period` of Caddy's HTTP app (0: Caddy's eternal default, left alone). */
+  gracePeriodMs: number;
   /** How routes Caddy holds in another form are shown; absent: every route as Caddy holds it. */
   display?: RouteView;
   log: Logger;
@@ -316,6 +321,7 @@ export class RouteService {
   private readonly anyChangeOf;
   /** Changes of this process not yet settled: a pending row not here was cut short by a stop of the agent. */
   private readonly inFlight = new Set<number>();
+  private conforming: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: RouteServiceOptions) {
     this.insertChange = o.db.prepare(
@@ -490,6 +496,61 @@ export class RouteService {
     return result.previous;
   }
 
+  /**
+   * Brings a Caddy the agent finds (adopted, or configured by an earlier version) in line with the
+   * connection settings: every route's `reverse_proxy` handlers get the configured `stream_close_delay`,
+   * and Caddy's HTTP app its `grace_period`, each as one config change made only when something differs.
+   * Not a route change of the API: no history, no events, one log line. A failure is logged and the agent
+   * starts anyway; every route the agent writes later gets the delay with its change.
+   */
+  conformCaddy(): Promise<void> {
+    this.conforming = this.conformNow();
+    return this.conforming;
+  }
+
+  /** Resolves once the start's `conformCaddy` has ended, however it ended. */
+  whenConformed(): Promise<void> {
+    return this.conforming;
+  }
+
+  private async conformNow(): Promise<void> {
+    const delay = this.o.streamCloseDelayMs;
+    const grace = this.o.gracePeriodMs > 0 ? caddyDuration(this.o.gracePeriodMs) : undefined;
+    try {
+      // Looked at first without holding the writer: a Caddy already in line (every start but the first)
+      // costs two reads, and a slow one holds up no route change.
+      const due = await this.o.writer.peek(async (caddy) => {
+        const [routesText, graceDiffers] = await Promise.all([
+          caddy.text(),
+          grace === undefined ? false : caddy.httpAppFieldDiffers("grace_period", grace),
+        ]);
+        return !routesHaveDelay(routesText, delay) || graceDiffers;
+      });
+      if (!due) return;
+      const done = await this.o.writer.exclusive(async (caddy) => ({
+        routes: await caddy.conform(
+          (r) => withStreamCloseDelay(r, delay),
+          (text) => routesHaveDelay(text, delay),
+        ),
+        grace: grace !== undefined && (await caddy.setHttpAppField("grace_period", grace)),
+      }));
+      if (done.routes > 0 || done.grace)
+        this.o.log.info(
+          {
+            routes_updated: done.routes,
+            stream_close_delay: delay === 0 ? null : caddyDuration(delay),
+            ...(done.grace ? { grace_period: grace } : {}),
+          },
+          "brought Caddy's routes and HTTP app in line with the connection settings",
+        );
+    } catch (err) {
+      this.o.log.warn(
+        { err },
+        "could not apply stream_close_delay and grace_period to Caddy's config at start; routes get the delay when they are next written",
+      );
+    }
+  }
+
   private async find(routeId: string): Promise<RouteJson | undefined> {
     const route = await proxied(() => this.o.writer.route(routeId));
     const view = this.o.display;
@@ -540,6 +601,10 @@ export class RouteService {
     { callbackUrl, ctx, restoredFrom, conflict }: ChangeOptions,
   ): Promise<{ result: ChangeResult & { ok: true }; changeId: number | undefined }> {
     const started = performance.now();
+    // Every route the agent writes, whoever asked (the API, a restore, the operator's switch), keeps its
+    // upgraded streams across reloads for the configured delay.
+    if (op.kind !== "delete")
+      op = { ...op, route: withStreamCloseDelay(op.route, this.o.streamCloseDelayMs) };
     let changeId: number | undefined;
     const firstAttempts: Promise<boolean>[] = [];
     const requested = op.kind === "delete" ? null : JSON.stringify(op.route);

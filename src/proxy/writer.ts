@@ -4,6 +4,7 @@ import type { Metrics } from "../metrics/metrics.js";
 import { type CaddyAdmin, CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
 import { CaddyRoutes, type CaddyRoutesOptions, type RoutesState } from "./caddy-routes.js";
 import { canonicalJson, type Op, type Plan, plan, type RouteJson } from "./plan.js";
+import { sameRoute } from "./streams.js";
 
 export interface ChangeRequest {
   op: Op;
@@ -66,7 +67,7 @@ interface Step {
  * The one writer of the managed server's routes. Changes queue up while a write is under way and the
  * next write takes all of them as one Caddy config change (Caddy reloads its whole config per change, so a
  * batch costs what one change costs); a change that arrives while the writer is idle goes at once. Every
- * write carries If-Match, is verified (by its own answer, or a batch by reading it back), and is undone
+ * write carries If-Match, is verified by Caddy's answer to it (see CaddyRoutes.written), and is undone
  * when it fails after Caddy may have changed.
  */
 export class RouteWriter {
@@ -75,6 +76,8 @@ export class RouteWriter {
   /** A change was written: the routes' new ETag still has to be read. */
   private refreshDue = false;
   private idleWaiters: (() => void)[] = [];
+  /** Work that needs the routes to itself (see `exclusive`), run between batches. */
+  private readonly chores: (() => Promise<void>)[] = [];
   private readonly caddy: CaddyRoutes;
   private readonly maxBatch: number;
 
@@ -99,9 +102,26 @@ export class RouteWriter {
     });
   }
 
+  /**
+   * Runs `fn` with Caddy's routes to itself: after the batch under way, before the changes queued behind
+   * it. The last known state is dropped afterwards, as `fn` may have changed the routes.
+   */
+  exclusive<T>(fn: (caddy: CaddyRoutes) => Promise<T>): Promise<T> {
+    return new Promise((resolve, reject) => {
+      this.chores.push(() => fn(this.caddy).then(resolve, reject));
+      void this.drain();
+    });
+  }
+
+  /** Runs reads of `fn` now, beside whatever the writer does: for looking, never for writing. */
+  peek<T>(fn: (caddy: CaddyRoutes) => Promise<T>): Promise<T> {
+    return fn(this.caddy);
+  }
+
   /** Resolves once no change is queued or under way and the post-answer read is done. */
   whenIdle(): Promise<void> {
-    if (!this.busy && this.queue.length === 0 && !this.refreshDue) return Promise.resolve();
+    if (!this.busy && this.queue.length === 0 && this.chores.length === 0 && !this.refreshDue)
+      return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
@@ -124,7 +144,13 @@ export class RouteWriter {
     if (this.busy) return;
     this.busy = true;
     try {
-      while (this.queue.length > 0 || this.refreshDue) {
+      while (this.queue.length > 0 || this.refreshDue || this.chores.length > 0) {
+        const chore = this.chores.shift();
+        if (chore) {
+          await chore();
+          this.caddy.forget();
+          continue;
+        }
         if (this.queue.length === 0) {
           // The routes' ETag is read after a change was verified and answered, so the next change starts
           // from a known state without the answer waiting for a read of every route.
@@ -149,7 +175,8 @@ export class RouteWriter {
       }
     } finally {
       this.busy = false;
-      if (this.queue.length === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
+      if (this.queue.length === 0 && this.chores.length === 0)
+        for (const resolve of this.idleWaiters.splice(0)) resolve();
     }
   }
 
@@ -174,15 +201,21 @@ export class RouteWriter {
         continue;
       }
       const { state } = known;
-      // A 404 or 409 never reaches Caddy, so no If-Match would catch a stale cache: confirm it on a fresh read.
-      if (known.cached && plan(state.routes, ops, elsewhere).outcomes.some((o) => !o.ok)) {
-        this.caddy.forget();
-        steps.unshift({ changes, mayRetry });
-        continue;
+      // A 404 or 409, or a change that changes nothing, never reaches Caddy, so no If-Match would catch a
+      // stale cache: confirm it on a fresh read.
+      if (known.cached) {
+        const first = plan(state.routes, ops, elsewhere);
+        if (first.outcomes.some((o) => !o.ok) || changesNothing(first)) {
+          this.caddy.forget();
+          steps.unshift({ changes, mayRetry });
+          continue;
+        }
       }
 
       const { live, p } = await this.planAndPrepare(changes, state, elsewhere);
-      if (p.applied.length === 0) {
+      // Every reload closes idle keep-alive connections (and, without stream_close_delay, streams): a
+      // change that leaves every route as Caddy holds it is answered without one.
+      if (p.applied.length === 0 || changesNothing(p)) {
         this.settle(live, p);
         continue;
       }
@@ -316,6 +349,17 @@ function halves(live: Pending[], p: Plan): [Pending[], Pending[]] {
   const positions = live.map((_, i) => i).filter((i) => appliedIdx.has(i));
   const cut = positions[Math.floor(positions.length / 2)] ?? Math.ceil(live.length / 2);
   return [live.slice(0, cut), live.slice(cut)];
+}
+
+/** Whether every applied change of the plan puts back a route exactly as Caddy holds it. */
+function changesNothing(p: Plan): boolean {
+  return (
+    p.applied.length > 0 &&
+    p.applied.every(({ index, op }) => {
+      const o = p.outcomes[index];
+      return op.kind !== "delete" && o?.ok === true && o.previous !== null && sameRoute(o.previous, o.route);
+    })
+  );
 }
 
 function failureOf(err: unknown): WriteFailure {

@@ -13,12 +13,32 @@ export interface CommandResult {
 export interface RunOptions {
   env: NodeJS.ProcessEnv;
   timeoutMs: number;
+  /**
+   * Called with each complete line as it arrives: of stdout, and of file descriptor 3 (`status`), which the
+   * child gets as a pipe when this is set (apt's `APT::Status-Fd=3`).
+   */
+  onLine?: (line: string, stream: "stdout" | "status") => void;
+  /** Working folder; the agent's own when unset. */
+  cwd?: string;
 }
 
 /** Output kept per stream; a simulation of a whole distribution upgrade is a few hundred kilobytes. */
 const MAX_OUTPUT = 16 * 1024 * 1024;
 /** After SIGTERM on time-out, how long a command gets to stop before SIGKILL. */
 const KILL_GRACE_MS = 10_000;
+
+/** Calls `fn` with each complete line of `stream` (a last line without a newline too). */
+function eachLine(stream: NodeJS.ReadableStream | null | undefined, fn: (line: string) => void): void {
+  let rest = "";
+  stream?.on("data", (c: Buffer) => {
+    const lines = (rest + c.toString("utf8")).split("\n");
+    rest = lines.pop() ?? "";
+    for (const l of lines) fn(l);
+  });
+  stream?.on("end", () => {
+    if (rest !== "") fn(rest);
+  });
+}
 
 function collect(stream: NodeJS.ReadableStream | null): () => string {
   const chunks: Buffer[] = [];
@@ -37,9 +57,15 @@ function collect(stream: NodeJS.ReadableStream | null): () => string {
  */
 export function runCommand(file: string, args: readonly string[], o: RunOptions): Promise<CommandResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { env: o.env, stdio: ["ignore", "pipe", "pipe"], detached: true });
+    const stdio: ("ignore" | "pipe")[] = ["ignore", "pipe", "pipe", ...(o.onLine ? ["pipe" as const] : [])];
+    const child = spawn(file, args, { env: o.env, cwd: o.cwd, stdio, detached: true });
     const stdout = collect(child.stdout);
     const stderr = collect(child.stderr);
+    const onLine = o.onLine;
+    if (onLine) {
+      eachLine(child.stdout, (l) => onLine(l, "stdout"));
+      eachLine(child.stdio[3] as NodeJS.ReadableStream | undefined, (l) => onLine(l, "status"));
+    }
     let timedOut = false;
     let killTimer: NodeJS.Timeout | undefined;
     const signal = (s: NodeJS.Signals) => {

@@ -61,6 +61,16 @@ export class ApplyFailedError extends Error {
   }
 }
 
+/** No apply has this id. */
+export class ApplyNotFoundError extends Error {
+  readonly code = "apply_not_found";
+
+  constructor(readonly applyId: number) {
+    super(`no apply has the id ${applyId}`);
+    this.name = "ApplyNotFoundError";
+  }
+}
+
 export type SystemError = CommandError | PackageManagerBusyError;
 
 export const isSystemError = (err: unknown): err is SystemError =>

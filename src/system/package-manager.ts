@@ -1,5 +1,42 @@
+import { type Dirent, readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+
 export type UpdateType = "security" | "full";
 export type PackageManagerName = "apt" | "dnf" | "none";
+
+export const SEVERITIES = ["critical", "important", "moderate", "low", "unknown"] as const;
+export type Severity = (typeof SEVERITIES)[number];
+export type AdvisoryType = "security" | "bugfix" | "enhancement" | "newpackage" | "unknown";
+
+/** What an update fixes: a dnf updateinfo advisory, or (apt) one changelog entry between the versions. */
+export interface Advisory {
+  id: string;
+  type: AdvisoryType;
+  severity: Severity;
+  /** CVE ids, in the order the advisory names them, each once. */
+  cves: string[];
+  /** When the advisory was issued (ISO 8601); null when the source gives no date. */
+  issued: string | null;
+}
+
+/**
+ * Why an apply would not install an update. `hold`: HOSTKEEPER_HOLD_PACKAGES, `apt-mark hold` or dnf
+ * versionlock; `phased`: apt defers an Ubuntu phased update on this machine; `kept_back`: the package
+ * manager keeps it back (it needs a removal, or its dependencies cannot be met).
+ */
+export type HeldReason = "hold" | "phased" | "kept_back";
+
+/** The highest severity of a list of advisories; `unknown` when none has a known severity. */
+export function highestSeverity(advisories: readonly Advisory[]): Severity {
+  let best: Severity = "unknown";
+  for (const a of advisories)
+    if (
+      a.severity !== "unknown" &&
+      (best === "unknown" || SEVERITIES.indexOf(a.severity) < SEVERITIES.indexOf(best))
+    )
+      best = a.severity;
+  return best;
+}
 
 /** One package with an available update. */
 export interface PackageUpdate {
@@ -11,8 +48,11 @@ export interface PackageUpdate {
   security: boolean;
   /** The version a security apply installs; null when the package has no security update. */
   security_version: string | null;
-  /** Named in HOSTKEEPER_HOLD_PACKAGES: apply never upgrades it. */
+  /** Held (HOSTKEEPER_HOLD_PACKAGES, `apt-mark hold`, dnf versionlock): apply never upgrades it. */
   held: boolean;
+  /** Why an apply would not install it; null when it would. */
+  held_reason: HeldReason | null;
+  advisories: Advisory[];
 }
 
 export interface InstalledPackage {
@@ -26,8 +66,8 @@ export interface HeldBack {
   arch: string;
   current_version: string;
   available_version: string;
-  /** `hold`: named in HOSTKEEPER_HOLD_PACKAGES; `kept_back`: the package manager did not upgrade it. */
-  reason: "hold" | "kept_back";
+  /** See `HeldReason`; an update the check expected to be installed but was not is `kept_back`. */
+  reason: HeldReason;
 }
 
 /** What one apply changed, from the installed packages before and after. */
@@ -40,14 +80,62 @@ export interface ApplyChanges {
   held_back: HeldBack[];
 }
 
+/** Where a running apply is: packages downloaded or installed so far, of how many. */
+export interface ApplyProgress {
+  phase: "downloading" | "installing";
+  done: number;
+  total: number;
+}
+
+/** What an apply reports while it runs: the planned updates once known, then its progress. */
+export interface ApplyListener {
+  planned?(updates: PackageUpdate[]): void;
+  progress?(p: ApplyProgress): void;
+}
+
+/** One file a download put into the package manager's cache. */
+export interface DownloadedFile {
+  file: string;
+  bytes: number;
+}
+
+/** What a download-only run fetched: the updates in scope, and the files new in the cache. */
+export interface DownloadResult {
+  planned: PackageUpdate[];
+  files: DownloadedFile[];
+  bytes: number;
+}
+
+/**
+ * The package manager's own repair of an interrupted run, done or found necessary before an apply: apt runs
+ * `dpkg --configure -a`; dnf reports what `dnf check` and its history say (it has no safe automatic repair).
+ */
+export interface Recovery {
+  command: string;
+  /** `ran`: the repair ran and succeeded; `reported`: found and reported, the apply went on. */
+  action: "ran" | "reported";
+  detail: string;
+  /** The manager's own lines about it (at most 20). */
+  lines: string[];
+}
+
 /** The one interface of the system area to a package manager; chosen in `select.ts`. */
 export interface PackageManager {
   readonly name: PackageManagerName;
   /** Refreshes the package lists (errors are errors), then lists the available updates. */
   check(): Promise<PackageUpdate[]>;
   /** Refreshes and installs the updates of `type`, never a held package; says what changed. */
-  apply(type: UpdateType): Promise<ApplyChanges>;
+  apply(type: UpdateType, listener?: ApplyListener): Promise<ApplyChanges>;
+  /** Refreshes and downloads what `apply(type)` would install into the manager's cache; installs nothing. */
+  download(type: UpdateType): Promise<DownloadResult>;
+  /**
+   * Before an apply: finds a run of the package manager left unfinished (`afterInterruption`: the agent's
+   * previous apply was cut short) and repairs or reports it; null when there was nothing to do.
+   */
+  recover(afterInterruption: boolean): Promise<Recovery | null>;
   rebootRequired(): Promise<boolean>;
+  /** The services running outdated code after an apply; undefined when this host cannot tell. */
+  servicesToRestart(): Promise<string[] | undefined>;
   /** The package manager's own version (`2.6.1`), read from the program; undefined when it cannot say. */
   version(): Promise<string | undefined>;
 }
@@ -60,8 +148,13 @@ export interface UpgradeSteps {
   check(): Promise<PackageUpdate[]>;
   /** Every installed package, keyed by `packageKey`. */
   installed(): Promise<Map<string, InstalledPackage>>;
-  /** Runs the upgrade of `type`, excluding held packages. */
-  upgrade(type: UpdateType): Promise<void>;
+  /** Runs the upgrade of `type`, excluding held packages; only downloads with `downloadOnly`. */
+  upgrade(
+    type: UpdateType,
+    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void },
+  ): Promise<void>;
+  /** The package files in the manager's download cache: path -> size in bytes. */
+  cachedFiles(): Promise<Map<string, number>>;
 }
 
 export const packageKey = (p: { name: string; arch: string }) => `${p.name}\u0000${p.arch}`;
@@ -70,11 +163,16 @@ export const packageKey = (p: { name: string; arch: string }) => `${p.name}\u000
  * The apply flow both adapters share: the plan comes from a fresh check, the result from comparing the
  * installed packages before and after, so the answer says what really happened, not what was planned.
  */
-export async function applyUpdates(steps: UpgradeSteps, type: UpdateType): Promise<ApplyChanges> {
+export async function applyUpdates(
+  steps: UpgradeSteps,
+  type: UpdateType,
+  listener: ApplyListener = {},
+): Promise<ApplyChanges> {
   const planned = (await steps.check()).filter((u) => type === "full" || u.security);
+  listener.planned?.(planned);
   const before = await steps.installed();
   const anyToInstall = planned.some((u) => !u.held);
-  if (anyToInstall) await steps.upgrade(type);
+  if (anyToInstall) await steps.upgrade(type, { progress: listener.progress });
   const after = anyToInstall ? await steps.installed() : before;
 
   const changes: ApplyChanges = { upgraded: [], installed: [], removed: [], held_back: [] };
@@ -93,8 +191,64 @@ export async function applyUpdates(steps: UpgradeSteps, type: UpdateType): Promi
       arch: u.arch,
       current_version: u.current_version,
       available_version: type === "security" && u.security_version ? u.security_version : u.new_version,
-      reason: u.held ? "hold" : "kept_back",
+      reason: u.held ? "hold" : (u.held_reason ?? "kept_back"),
     });
   }
   return changes;
+}
+
+/** The download both adapters share: the same selection as an apply, the result read from the cache. */
+export async function downloadUpdates(steps: UpgradeSteps, type: UpdateType): Promise<DownloadResult> {
+  const planned = (await steps.check()).filter((u) => (type === "full" || u.security) && !u.held);
+  if (planned.length === 0) return { planned, files: [], bytes: 0 };
+  const before = await steps.cachedFiles();
+  await steps.upgrade(type, { downloadOnly: true });
+  const files: DownloadedFile[] = [];
+  for (const [path, bytes] of await steps.cachedFiles())
+    if (before.get(path) !== bytes) files.push({ file: path.slice(path.lastIndexOf("/") + 1), bytes });
+  files.sort((a, b) => a.file.localeCompare(b.file));
+  return { planned, files, bytes: files.reduce((n, f) => n + f.bytes, 0) };
+}
+
+/** Package files (`*.deb`, `*.rpm`) under `dir`, at any depth: path -> size. A missing folder is empty. */
+export function packageFilesIn(dir: string): Map<string, number> {
+  const out = new Map<string, number>();
+  let entries: Dirent[];
+  try {
+    entries = readdirSync(dir, { withFileTypes: true, recursive: true });
+  } catch {
+    return out;
+  }
+  for (const e of entries) {
+    if (!e.isFile() || !/\.(deb|rpm)$/.test(e.name)) continue;
+    const path = join(e.parentPath, e.name);
+    try {
+      out.set(path, statSync(path).size);
+    } catch {
+      // removed meanwhile
+    }
+  }
+  return out;
+}
+
+/** Turns lines of a package manager's output into progress; `counter` keeps the state of one run. */
+export function progressCounter(progress: ((p: ApplyProgress) => void) | undefined) {
+  const installed = new Set<string>();
+  let installTotal: number | undefined;
+  let installing = false;
+  return {
+    setInstallTotal(n: number) {
+      installTotal = n;
+    },
+    downloaded(done: number, total: number) {
+      if (!installing) progress?.({ phase: "downloading", done, total });
+    },
+    /** A package reached its installed state; undefined: the installation phase started. */
+    installed(pkg: string | undefined) {
+      installing = true;
+      if (pkg !== undefined) installed.add(pkg);
+      const done = installed.size;
+      progress?.({ phase: "installing", done, total: Math.max(done, installTotal ?? done) });
+    },
+  };
 }

@@ -1,6 +1,7 @@
 import { ApiError } from "../http/errors.js";
 import {
   ApplyFailedError,
+  ApplyNotFoundError,
   type CommandError,
   isSystemError,
   PackageManagerBusyError,
@@ -31,6 +32,7 @@ function problemOf(err: SystemError, extra: Record<string, unknown>): ApiError {
  * history id as `apply_id`. Anything else is not the system area's to map.
  */
 export function systemProblem(err: unknown): ApiError | undefined {
+  if (err instanceof ApplyNotFoundError) return new ApiError("apply_not_found", err.message, { cause: err });
   if (err instanceof ApplyFailedError)
     return isSystemError(err.cause) ? problemOf(err.cause, { apply_id: err.applyId }) : undefined;
   return isSystemError(err) ? problemOf(err, {}) : undefined;

@@ -1,11 +1,33 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyRequest } from "fastify";
+import { callbackUrlProblem, type DenyList } from "../events/egress.js";
+import { validationFailed } from "../http/errors.js";
+import { parsePrefer, preferredWaitSeconds } from "../http/prefer.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
-import { ApplyHistoryQuerySchema, type ApplyUpdatesRequest, systemSharedSchemas } from "./schemas.js";
+import { settledWithin } from "../util/timers.js";
+import {
+  ApplyHistoryQuerySchema,
+  ApplyIdParamsSchema,
+  type ApplyUpdatesRequest,
+  systemSharedSchemas,
+} from "./schemas.js";
 import type { SystemService } from "./service.js";
 
-export function registerSystemRoutes(app: App, service: SystemService): void {
+/** What a request with a body that runs the package manager may answer. */
+const PACKAGE_RUN_PROBLEMS = problemResponses(
+  "validation_failed",
+  "malformed_body",
+  "payload_too_large",
+  "unsupported_media_type",
+  "package_manager_busy",
+  "package_manager_failed",
+);
+
+/** The longest `Prefer: wait=` an async apply honours before answering 202. */
+export const MAX_PREFER_WAIT_SECONDS = 60;
+
+export function registerSystemRoutes(app: App, service: SystemService, deny: DenyList): void {
   for (const s of systemSharedSchemas) app.addSchema(s);
   /** Applies whose response schedules a reboot; the reboot's delay starts once that response is sent. */
   const rebootAfterResponse = new WeakSet<FastifyRequest>();
@@ -35,35 +57,97 @@ export function registerSystemRoutes(app: App, service: SystemService): void {
         tags: ["system"],
         operationId: "applyUpdates",
         summary: "Apply system package updates",
-        description:
-          "Installs the updates of `update_type` non-interactively, keeping configuration files the administrator changed, and never upgrading a package of `HOSTKEEPER_HOLD_PACKAGES`. The answer says what changed and what was held back. Every apply, failed or not, is recorded in the apply history.",
+        description: `Installs the updates of \`update_type\` non-interactively, keeping configuration files the administrator changed, and never upgrading a package of \`HOSTKEEPER_HOLD_PACKAGES\`. The answer says what changed and what was held back. Every apply, failed or not, is recorded in the apply history. With \`Prefer: respond-async\` (RFC 7240) the answer is 202 at once, with the apply's status and its \`Location\` (\`GET /v1/system/applies/{id}\`), and \`Preference-Applied: respond-async\`; with \`wait=N\` too, the answer waits up to N seconds (at most ${MAX_PREFER_WAIT_SECONDS}) for the apply to finish first. A \`callback_url\` receives a \`system_update\` event at each state change, in either mode.`,
         body: Type.Ref("ApplyUpdatesRequest"),
         response: {
           200: jsonContent(Type.Ref("ApplyResult"), "What the apply changed."),
-          ...problemResponses(
-            "validation_failed",
-            "malformed_body",
-            "payload_too_large",
-            "unsupported_media_type",
-            "package_manager_busy",
-            "package_manager_failed",
-          ),
+          202: {
+            ...jsonContent(
+              Type.Ref("ApplyStatus"),
+              "Accepted (`Prefer: respond-async`): the apply's status, `queued` (or further on, after `wait=`).",
+            ),
+            headers: {
+              location: { type: "string", description: "`/v1/system/applies/{id}`." },
+              "preference-applied": {
+                type: "string",
+                description: "`respond-async` (and `wait=N` when it waited).",
+              },
+            },
+          },
+          ...PACKAGE_RUN_PROBLEMS,
         },
       },
       onResponse: async (request) => {
         if (rebootAfterResponse.has(request)) service.startScheduledReboot();
       },
     },
-    async (request) => {
-      const userAgent = request.headers["user-agent"];
-      const result = await service.apply(request.body.update_type, request.body.auto_reboot ?? false, {
+    async (request, reply) => {
+      const { update_type: type, auto_reboot: autoReboot = false, callback_url: callback } = request.body;
+      const problem = callback === undefined ? undefined : callbackUrlProblem(callback, deny);
+      if (problem) throw validationFailed([{ field: "body.callback_url", message: problem }]);
+      const who = {
         remote_address: request.ip,
-        user_agent: userAgent ?? null,
+        user_agent: request.headers["user-agent"] ?? null,
         request_id: request.id,
-      });
-      if (result.reboot_scheduled) rebootAfterResponse.add(request);
-      return result;
+      };
+      const prefs = parsePrefer(request.headers.prefer);
+      if (!prefs.has("respond-async")) {
+        const result = await service.apply(type, autoReboot, who, callback);
+        if (result.reboot_scheduled) rebootAfterResponse.add(request);
+        return result;
+      }
+      const { status, done } = service.startApply(type, autoReboot, who, callback);
+      const wait = preferredWaitSeconds(prefs);
+      const applied = ["respond-async"];
+      if (wait !== undefined && wait > 0) {
+        const seconds = Math.min(wait, MAX_PREFER_WAIT_SECONDS);
+        await settledWithin(done, seconds * 1000);
+        applied.push(`wait=${seconds}`);
+      }
+      return reply
+        .code(202)
+        .header("location", status.links.status)
+        .header("preference-applied", applied.join(", "))
+        .send(service.status(status.id));
     },
+  );
+
+  app.get<{ Params: { apply_id: string } }>(
+    "/v1/system/applies/:apply_id",
+    {
+      schema: {
+        tags: ["system"],
+        operationId: "getApply",
+        summary: "Get the status of an apply",
+        description:
+          "Any apply, asynchronous or not: its state and the history of its states, progress (packages downloaded and installed of total), the updates in scope, what changed once it is over, the package manager's recovery when one ran, the reboot that followed (boot id and kernel before and after), and the error of a failed or interrupted apply.",
+        params: ApplyIdParamsSchema,
+        response: {
+          200: jsonContent(Type.Ref("ApplyStatus"), "The apply's status."),
+          ...problemResponses("validation_failed", "apply_not_found"),
+        },
+      },
+    },
+    async (request) => service.status(Number(request.params.apply_id)),
+  );
+
+  app.post<{ Body: { update_type: "security" | "full" } }>(
+    "/v1/system/download-updates",
+    {
+      schema: {
+        tags: ["system"],
+        operationId: "downloadUpdates",
+        summary: "Download updates without installing them",
+        description:
+          "Refreshes the package lists and downloads what an apply of `update_type` would install (the same selection, held packages left out) into the package manager's cache (apt: `--download-only`; dnf: `--downloadonly`), so that a later apply only installs. Installs nothing. Waits for the package manager like check and apply.",
+        body: Type.Ref("DownloadUpdatesRequest"),
+        response: {
+          200: jsonContent(Type.Ref("DownloadResult"), "What was downloaded, and how many bytes."),
+          ...PACKAGE_RUN_PROBLEMS,
+        },
+      },
+    },
+    async (request) => service.download(request.body.update_type),
   );
 
   app.get<{ Querystring: { limit?: string } }>(

@@ -1,5 +1,6 @@
 import { accessSync, constants, readFileSync } from "node:fs";
 import { delimiter, join } from "node:path";
+import type { Logger } from "pino";
 import type { AppConfig } from "../settings.js";
 import { AptPackageManager } from "./apt.js";
 import { DnfPackageManager } from "./dnf.js";
@@ -60,16 +61,24 @@ class NoPackageManager implements PackageManager {
   }
   check = async () => this.fail();
   apply = async () => this.fail();
+  download = async () => this.fail();
+  recover = async () => this.fail();
   rebootRequired = async () => this.fail();
+  servicesToRestart = async () => this.fail();
   version = async () => undefined;
 }
 
 /** The package manager of HOSTKEEPER_PACKAGE_MANAGER; the one place the adapter is chosen. */
-export function createPackageManager(s: AppConfig["system"], env: NodeJS.ProcessEnv): PackageManager {
+export function createPackageManager(
+  s: AppConfig["system"],
+  env: NodeJS.ProcessEnv,
+  log?: Pick<Logger, "warn">,
+): PackageManager {
   const kind = s.packageManager === "auto" ? detectPackageManager(readOsRelease(), onPath) : s.packageManager;
   const common = {
     env,
     hold: s.holdPackages,
+    servicesCommand: s.servicesRestartCommand,
     lockTimeoutMs: s.lockTimeoutMs,
     commandTimeoutMs: s.commandTimeoutMs,
   };
@@ -80,6 +89,8 @@ export function createPackageManager(s: AppConfig["system"], env: NodeJS.Process
         aptConfig: s.aptConfig,
         rebootRequiredFile: s.rebootRequiredFile,
         needrestart: s.needrestart,
+        changelogTimeoutMs: s.aptChangelogTimeoutMs,
+        log,
       });
     case "dnf":
       return new DnfPackageManager({ ...common, installroot: s.dnfInstallroot });

@@ -72,6 +72,29 @@ export const systemSettings = {
     default: "/usr/sbin/needrestart" as string | undefined,
     parse: (raw) => (parse.string()(raw) === "none" ? undefined : absolutePath(raw)),
   }),
+  servicesRestartCommand: setting({
+    key: "servicesRestartCommand",
+    env: "HOSTKEEPER_SERVICES_RESTART_COMMAND",
+    area: "system",
+    doc: "How an apply finds `services_restart_required`: `auto` runs `needrestart -b -r l` on apt hosts (list only, never restarts; not asked when needrestart is not installed) and `dnf needs-restarting -s` on dnf hosts; `none` asks nothing (the field is null); else a command, split at whitespace (no shell), printing what that tool prints.",
+    defaultText: "auto",
+    default: undefined as string[] | undefined,
+    parse: (raw) => {
+      const s = parse.string({ nonEmpty: true })(raw);
+      if (s === "auto") return undefined;
+      return s === "none" ? [] : s.split(/\s+/);
+    },
+    show: (argv) => (argv === undefined ? "auto" : argv.length === 0 ? "none" : argv.join(" ")),
+  }),
+  aptChangelogTimeoutMs: setting({
+    key: "aptChangelogTimeoutMs",
+    env: "HOSTKEEPER_APT_CHANGELOG_TIMEOUT_MS",
+    area: "system",
+    doc: "apt hosts: how long one check may spend downloading and reading the changelogs of new versions (for `advisories`); what is not read by then has no advisories. `0` reads none.",
+    defaultText: "120000",
+    default: 120_000,
+    parse: parse.int(0, 3_600_000),
+  }),
   rebootCommand: setting({
     key: "rebootCommand",
     env: "HOSTKEEPER_REBOOT_COMMAND",
@@ -91,6 +114,24 @@ export const systemSettings = {
     default: 5_000,
     parse: parse.int(0, 3_600_000),
   }),
+  bootIdFile: setting({
+    key: "bootIdFile",
+    env: "HOSTKEEPER_BOOT_ID_FILE",
+    area: "system",
+    doc: "File holding the kernel's boot id; a new value at start means the host rebooted (an apply's scheduled reboot is then `back_online`, any other reboot is recorded as unplanned).",
+    defaultText: "/proc/sys/kernel/random/boot_id",
+    default: "/proc/sys/kernel/random/boot_id",
+    parse: absolutePath,
+  }),
+  kernelReleaseFile: setting({
+    key: "kernelReleaseFile",
+    env: "HOSTKEEPER_KERNEL_RELEASE_FILE",
+    area: "system",
+    doc: "File holding the running kernel's release (what `uname -r` prints), reported before and after a reboot.",
+    defaultText: "/proc/sys/kernel/osrelease",
+    default: "/proc/sys/kernel/osrelease",
+    parse: absolutePath,
+  }),
   aptConfig: setting({
     key: "aptConfig",
     env: "HOSTKEEPER_APT_CONFIG",
@@ -104,7 +145,7 @@ export const systemSettings = {
     key: "dnfInstallroot",
     env: "HOSTKEEPER_DNF_INSTALLROOT",
     area: "system",
-    doc: "dnf `--installroot`; set, dnf reads only `<root>/etc/dnf/dnf.conf` and `<root>/etc/yum.repos.d` and loads no host plugin but needs-restarting. Unset, dnf manages this host.",
+    doc: "dnf `--installroot`; set, dnf reads only `<root>/etc/dnf/dnf.conf` and `<root>/etc/yum.repos.d` and loads no host plugin but needs-restarting and versionlock. Unset, dnf manages this host.",
     defaultText: "none",
     default: undefined as string | undefined,
     parse: optionalAbsolutePath,

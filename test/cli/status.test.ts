@@ -44,6 +44,7 @@ describe("status", () => {
     assert.equal(s.status.status, 200);
     assert.equal(s.status.error, null);
     assert.deepEqual(Object.keys(s.status.body).sort(), [
+      "boot",
       "caddy",
       "operator",
       "outbox",

@@ -56,10 +56,10 @@ describe("updates", () => {
       summary ?? "",
       /^2 updates \(1 security, 1 regular\); reboot required: no; apt, checked \S+$/,
     );
-    assert.match(header ?? "", /^PACKAGE +ARCH +CURRENT +NEW +SECURITY +HELD$/);
+    assert.match(header ?? "", /^PACKAGE +ARCH +CURRENT +NEW +SECURITY +SEVERITY +CVES +HELD$/);
     assert.deepEqual(rows.map((l) => l.split(/ +/)).sort(), [
-      ["clireg", "all", "1.0", "1.1", "-", "no"],
-      ["clisec", "all", "1.0", "1.1", "1.1", "no"],
+      ["clireg", "all", "1.0", "1.1", "-", "unknown", "0", "-"],
+      ["clisec", "all", "1.0", "1.1", "1.1", "unknown", "0", "-"],
     ]);
     const json = await runCli(["updates", "check", "--json"], agent.env, { timeoutMs: 120_000 });
     assert.equal(JSON.parse(json.stdout).security_updates, 1);

@@ -19,6 +19,7 @@ const COMMANDS = [
   ["operator", "status"],
   ["config", "check"],
   ["token", "show"],
+  ["token", "rotate"],
 ];
 
 /** A refusal of the command line: exit 2, the reason, then a usage line, nothing on stdout. */

@@ -31,7 +31,7 @@ export interface TestApp {
 export async function buildTestApp(
   t: TestContext | { after: (fn: () => unknown) => void },
   env: Record<string, string>,
-  opts: { dataDir?: string } = {},
+  opts: { dataDir?: string; now?: () => number } = {},
 ): Promise<TestApp> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "hk-data-"));
   const config = loadConfig({
@@ -43,8 +43,12 @@ export async function buildTestApp(
     },
   });
   const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
-  const app = await buildApp({ config, logger });
+  const app = await buildApp({ config, logger, ...(opts.now ? { now: opts.now } : {}) });
   await app.ready();
+  // The start's own Caddy work (stream_close_delay on existing routes, grace_period) is done before a test
+  // counts or intercepts writes.
+  await app.services.routes.whenConformed();
+  await app.services.writer.whenIdle();
   t.after(async () => {
     await app.close();
     if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });

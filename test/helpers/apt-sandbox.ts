@@ -2,11 +2,12 @@ import { createHash } from "node:crypto";
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { gzipSync } from "node:zlib";
 import { exec, nameVersionMap } from "./processes.js";
 
 type After = { after: (fn: () => unknown) => void };
 
-export type Suite = "bookworm" | "bookworm-updates" | "bookworm-security";
+export type Suite = "bookworm" | "bookworm-updates" | "bookworm-security" | "jammy-updates";
 
 export interface DebSpec {
   name: string;
@@ -15,6 +16,34 @@ export interface DebSpec {
   depends?: string;
   /** Body of a postinst script; it runs without chroot (as in the sandbox) and must only use $DPKG_ROOT. */
   postinst?: string;
+  /** More control fields (`Conflicts`, ...). */
+  control?: Record<string, string>;
+  /** Written as /usr/share/doc/<name>/changelog.Debian.gz (see `changelogEntry`). */
+  changelog?: string;
+  /** `Phased-Update-Percentage` of this version in the Packages index (as Ubuntu's archive adds it). */
+  phased?: number;
+  /** More files, by path in the package. */
+  files?: Record<string, Buffer | string>;
+}
+
+/** One entry of a Debian changelog (deb-changelog(5)). */
+export function changelogEntry(
+  source: string,
+  version: string,
+  distribution: string,
+  urgency: string,
+  changes: readonly string[],
+  date: string,
+): string {
+  return [
+    `${source} (${version}) ${distribution}; urgency=${urgency}`,
+    "",
+    ...changes.map((c) => `  * ${c}`),
+    "",
+    ` -- Hostkeeper tests <tests@example.invalid>  ${date}`,
+    "",
+    "",
+  ].join("\n");
 }
 
 /** Debian's shape: archive `debian` (bookworm, bookworm-updates) and archive `debian-security`. */
@@ -22,6 +51,8 @@ const ARCHIVE: Record<Suite, { archive: string; label: string }> = {
   bookworm: { archive: "debian", label: "Debian" },
   "bookworm-updates": { archive: "debian", label: "Debian" },
   "bookworm-security": { archive: "debian-security", label: "Debian-Security" },
+  // Ubuntu's shape, for phased updates.
+  "jammy-updates": { archive: "ubuntu", label: "Ubuntu" },
 };
 
 export interface AptRepo {
@@ -39,6 +70,7 @@ export async function buildAptRepo(t: After, debs: readonly DebSpec[], arch: str
   chmodSync(dir, 0o755);
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const bySuite = new Map<Suite, string[]>();
+  const phased = new Map<string, number>();
   await Promise.all(
     debs.map(async (d) => {
       const src = join(dir, "build", `${d.name}_${d.version}`);
@@ -53,10 +85,17 @@ export async function buildAptRepo(t: After, debs: readonly DebSpec[], arch: str
           "Architecture: all",
           "Maintainer: Hostkeeper tests <tests@example.invalid>",
           ...(d.depends ? [`Depends: ${d.depends}`] : []),
+          ...Object.entries(d.control ?? {}).map(([k, v]) => `${k}: ${v}`),
           `Description: test package ${d.name}`,
           "",
         ].join("\n"),
       );
+      for (const [path, content] of Object.entries(d.files ?? {})) {
+        mkdir(join(src, path, ".."));
+        writeFileSync(join(src, path), content);
+      }
+      if (d.changelog)
+        writeFileSync(join(src, "usr/share/doc", d.name, "changelog.Debian.gz"), gzipSync(d.changelog));
       if (d.postinst) {
         // Refuses to run outside a dpkg --root, so a mistake cannot write to the host.
         const guard = '[ -n "$DPKG_ROOT" ] || { echo "no DPKG_ROOT" >&2; exit 1; }';
@@ -69,11 +108,12 @@ export async function buildAptRepo(t: After, debs: readonly DebSpec[], arch: str
         mkdir(join(out, ".."));
         await exec("dpkg-deb", ["--root-owner-group", "-Zgzip", "--build", src, out]);
         bySuite.set(suite, [...(bySuite.get(suite) ?? []), rel]);
+        if (d.phased !== undefined) phased.set(rel, d.phased);
       }
     }),
   );
   for (const suite of Object.keys(ARCHIVE) as Suite[])
-    await writeSuiteIndex(dir, suite, (bySuite.get(suite) ?? []).sort(), arch);
+    await writeSuiteIndex(dir, suite, (bySuite.get(suite) ?? []).sort(), arch, phased);
   rmSync(join(dir, "build"), { recursive: true, force: true });
   const sourcesList = (Object.keys(ARCHIVE) as Suite[])
     .map((s) => `deb [trusted=yes] file:${join(dir, ARCHIVE[s].archive)} ${s} main`)
@@ -81,7 +121,13 @@ export async function buildAptRepo(t: After, debs: readonly DebSpec[], arch: str
   return { dir, arch, sourcesList: `${sourcesList}\n` };
 }
 
-async function writeSuiteIndex(dir: string, suite: Suite, debs: string[], arch: string): Promise<void> {
+async function writeSuiteIndex(
+  dir: string,
+  suite: Suite,
+  debs: string[],
+  arch: string,
+  phased: ReadonlyMap<string, number>,
+): Promise<void> {
   const { archive, label } = ARCHIVE[suite];
   const root = join(dir, archive);
   const stanzas: string[] = [];
@@ -92,6 +138,7 @@ async function writeSuiteIndex(dir: string, suite: Suite, debs: string[], arch: 
     stanzas.push(
       [
         control,
+        ...(phased.has(rel) ? [`Phased-Update-Percentage: ${phased.get(rel)}`] : []),
         `Filename: ${rel}`,
         `Size: ${statSync(file).size}`,
         `MD5sum: ${createHash("md5").update(bytes).digest("hex")}`,
@@ -132,6 +179,8 @@ export interface AptSandbox {
   rebootRequiredFile: string;
   /** apt-get inside the sandbox (APT_CONFIG set explicitly, after the config was checked). */
   aptGet(args: readonly string[]): Promise<string>;
+  /** apt-mark inside the sandbox. */
+  aptMark(args: readonly string[]): Promise<string>;
   /** name -> installed version, from the sandbox's dpkg database. */
   installed(): Promise<Record<string, string>>;
 }
@@ -143,7 +192,7 @@ export interface AptSandbox {
 export async function createAptSandbox(
   t: After,
   repo: AptRepo,
-  opts: { install?: readonly string[]; sourcesList?: string } = {},
+  opts: { install?: readonly string[]; sourcesList?: string; machineId?: string } = {},
 ): Promise<AptSandbox> {
   const root = mkdtempSync(join(tmpdir(), "hk-aptroot-"));
   t.after(() => rmSync(root, { recursive: true, force: true }));
@@ -161,6 +210,8 @@ export async function createAptSandbox(
     mkdir(join(root, d));
   chmodSync(root, 0o755);
   writeFileSync(join(root, "var/lib/dpkg/status"), "");
+  // apt phases updates only with a machine id (Dir::Etc::machine-id, in the root here).
+  if (opts.machineId) writeFileSync(join(root, "etc/machine-id"), `${opts.machineId}\n`);
   writeFileSync(join(root, "etc/apt/sources.list"), opts.sourcesList ?? repo.sourcesList);
   const dpkgOptions = [
     `--root=${root}`,
@@ -196,6 +247,7 @@ export async function createAptSandbox(
     aptConfig,
     rebootRequiredFile: join(root, "run/reboot-required"),
     aptGet: (args) => exec("apt-get", args, { env }),
+    aptMark: (args) => exec("apt-mark", args, { env }),
     installed: async () => {
       const out = await exec("dpkg-query", [
         `--admindir=${root}/var/lib/dpkg`,

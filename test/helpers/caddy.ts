@@ -6,6 +6,7 @@ import type { TestContext } from "node:test";
 import { CaddyAdmin } from "../../src/proxy/caddy-admin.js";
 import { fetchedCaddyBinary } from "../../src/proxy/settings.js";
 import { freePort } from "../../support/loopback.js";
+import { metricSample } from "../../support/prometheus.js";
 
 export interface TestCaddy {
   adminUrl: string;
@@ -71,6 +72,9 @@ export async function startCaddy(
       ? {}
       : {
           http: {
+            // The agent's default, as a Caddy it already set up holds it: its start then changes nothing
+            // (a change at start would restart the admin endpoint under a test's first raw request).
+            grace_period: "10s",
             servers: {
               srv0: { listen: [`127.0.0.1:${httpPort}`], automatic_https: { disable: true }, routes: [] },
             },
@@ -160,4 +164,13 @@ export async function startRefusableCaddy(
     refuse: () => renameSync(cert, `${cert}.away`),
     accept: () => renameSync(`${cert}.away`, cert),
   };
+}
+
+/** A sample from Caddy's admin `/metrics` (summed over the lines whose labels include `labels`); NaN when none. */
+export async function caddyMetric(
+  admin: CaddyAdmin,
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number> {
+  return metricSample((await admin.read("/metrics")).text, name, labels);
 }

@@ -17,6 +17,11 @@ export interface Advisory {
   id: string;
   type: "security" | "bugfix" | "enhancement";
   packages: { name: string; version: string }[];
+  /** Default: `Important` for security advisories, none otherwise. */
+  severity?: string;
+  cves?: string[];
+  /** Default `2024-01-01 00:00:00`. */
+  issued?: string;
 }
 
 const mkdir = (p: string) => mkdirSync(p, { recursive: true, mode: 0o755 });
@@ -81,8 +86,20 @@ export async function buildRpmRepo(
       `  <update from="tests@example.invalid" status="stable" type="${a.type}" version="1">`,
       `    <id>${a.id}</id>`,
       `    <title>${a.id}</title>`,
-      ...(a.type === "security" ? ["    <severity>Important</severity>"] : []),
-      '    <issued date="2024-01-01 00:00:00"/>',
+      ...((a.severity ?? (a.type === "security" ? "Important" : undefined))
+        ? [`    <severity>${a.severity ?? "Important"}</severity>`]
+        : []),
+      `    <issued date="${a.issued ?? "2024-01-01 00:00:00"}"/>`,
+      ...(a.cves?.length
+        ? [
+            "    <references>",
+            ...a.cves.map(
+              (c) =>
+                `      <reference href="https://example.invalid/${c}" id="${c}" type="cve" title="${c}"/>`,
+            ),
+            "    </references>",
+          ]
+        : []),
       `    <description>${a.type} update</description>`,
       '    <pkglist><collection short="test"><name>test</name>',
       ...a.packages.map(
@@ -109,6 +126,8 @@ export interface DnfRoot {
   dnf(args: readonly string[]): Promise<string>;
   /** name -> installed version-release. */
   installed(): Promise<Record<string, string>>;
+  /** Writes the versionlock plugin's list of the root (`name-epoch:version-release.*` lines). */
+  lock(entries: readonly string[]): void;
 }
 
 /**
@@ -118,12 +137,16 @@ export interface DnfRoot {
 export async function createDnfRoot(t: After, repo: string, install: readonly string[]): Promise<DnfRoot> {
   const root = mkdtempSync(join(tmpdir(), "hk-dnfroot-"));
   t.after(() => rmSync(root, { recursive: true, force: true }));
-  for (const d of ["etc/dnf", "etc/yum.repos.d", "var/cache/dnf", "var/lib/dnf", "var/log"])
+  for (const d of ["etc/dnf/plugins", "etc/yum.repos.d", "var/cache/dnf", "var/lib/dnf", "var/log"])
     mkdir(join(root, d));
+  // Plugin configuration inside the root, so the versionlock plugin reads the root's list, not the host's.
   writeFileSync(
     join(root, "etc/dnf/dnf.conf"),
-    "[main]\ngpgcheck=0\ninstallonly_limit=3\nbest=True\nskip_if_unavailable=False\ncachedir=/var/cache/dnf\nlogdir=/var/log\n",
+    `[main]\ngpgcheck=0\ninstallonly_limit=3\nbest=True\nskip_if_unavailable=False\ncachedir=/var/cache/dnf\nlogdir=/var/log\npluginconfpath=${root}/etc/dnf/plugins\n`,
   );
+  const locklist = join(root, "etc/dnf/plugins/versionlock.list");
+  writeFileSync(locklist, "");
+  writeFileSync(join(root, "etc/dnf/plugins/versionlock.conf"), `[main]\nenabled=1\nlocklist=${locklist}\n`);
   writeFileSync(
     join(root, "etc/yum.repos.d/test.repo"),
     `[test]\nname=test\nbaseurl=file://${repo}\ngpgcheck=0\nenabled=1\nmetadata_expire=0\n`,
@@ -143,6 +166,7 @@ export async function createDnfRoot(t: After, repo: string, install: readonly st
       const out = await sandbox.dnf(["--disablerepo=*", "repoquery", "--installed", "--qf=%{name} %{evr}"]);
       return nameVersionMap(out);
     },
+    lock: (entries) => writeFileSync(locklist, entries.map((e) => `${e}\n`).join("")),
   };
   if (install.length > 0) await sandbox.dnf(["-y", "install", ...install]);
   return sandbox;

@@ -1,8 +1,21 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
+import { createReadStream, statSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
+import { join, normalize } from "node:path";
 
 type After = { after: (fn: () => unknown) => void };
+
+/** Closes `server` (and its open connections) when the test ends. */
+export function closeAfter(t: After, server: http.Server): void {
+  t.after(
+    () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  );
+}
 
 /** A loopback HTTP server answering every request with `name`; closed when the test ends. */
 export async function startUpstream(
@@ -17,13 +30,7 @@ export async function startUpstream(
     res.writeHead(200, { "content-type": "text/plain" }).end(name);
   });
   await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
-  t.after(
-    () =>
-      new Promise<void>((r) => {
-        server.closeAllConnections();
-        server.close(() => r());
-      }),
-  );
+  closeAfter(t, server);
   return { port: (server.address() as AddressInfo).port, hits: () => hits, server };
 }
 
@@ -142,4 +149,45 @@ export function viaProxy(
     req.setTimeout(10_000, () => req.destroy(new Error("timeout")));
     req.end();
   });
+}
+
+/**
+ * Serves the files under `dir` over loopback HTTP (a package repository as a mirror serves it); package
+ * files (`.deb`, `.rpm`) are answered 404 while `refusePackages` is set, or held back by `holdPackages`; every
+ * path asked is recorded.
+ */
+export async function serveDirectory(t: After, dir: string) {
+  const asked: string[] = [];
+  const state: { refusePackages: boolean; hold: Promise<unknown> | undefined } = {
+    refusePackages: false,
+    hold: undefined,
+  };
+  const server = http.createServer(async (req, res) => {
+    const path = decodeURIComponent((req.url ?? "/").split("?")[0] ?? "/");
+    asked.push(path);
+    if (state.hold && /\.(deb|rpm)$/.test(path)) await state.hold;
+    const file = join(dir, normalize(path));
+    if (!file.startsWith(dir) || (state.refusePackages && /\.(deb|rpm)$/.test(path)))
+      return void res.writeHead(404).end();
+    try {
+      const size = statSync(file).size;
+      res.writeHead(200, { "content-length": size });
+      createReadStream(file).pipe(res);
+    } catch {
+      res.writeHead(404).end();
+    }
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  closeAfter(t, server);
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    asked,
+    refusePackages: (on: boolean) => {
+      state.refusePackages = on;
+    },
+    /** Package files are answered only once `until` settles. */
+    holdPackages: (until: Promise<unknown> | undefined) => {
+      state.hold = until;
+    },
+  };
 }

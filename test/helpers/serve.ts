@@ -15,8 +15,18 @@ export interface ServedAgent {
   exited: Promise<number | null>;
 }
 
-export const request = (port: number, method: string, path: string, token?: string, body?: unknown) =>
-  httpRequest(port, method, path, { body, headers: token ? { authorization: `Bearer ${token}` } : {} });
+export const request = (
+  port: number,
+  method: string,
+  path: string,
+  token?: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+) =>
+  httpRequest(port, method, path, {
+    body,
+    headers: { ...headers, ...(token ? { authorization: `Bearer ${token}` } : {}) },
+  });
 
 export const alive = (pid: number) => {
   try {

@@ -60,6 +60,7 @@ const BASELINES: Record<string, Record<string, unknown>> = {
   // The create of EXISTING, the fuzz agent's first change: restoring it would remove the route.
   restoreRoute: { change_id: 1 },
   applyUpdates: { update_type: "security" },
+  downloadUpdates: { update_type: "security" },
   startOperatorUpdate: {
     callback_url: "http://127.0.0.1:9/hook",
     update_process_id: "fuzz-1",

@@ -93,9 +93,11 @@ test("the OpenAPI document describes the operator endpoints with every body and 
     "202",
     "400",
     "401",
+    "403",
     "409",
     "413",
     "415",
+    "429",
     "500",
     "503",
   ]);
@@ -103,10 +105,10 @@ test("the OpenAPI document describes the operator endpoints with every body and 
   assert.ok(post.summary && post.description);
   assert.ok(post.requestBody.content["application/json"].schema);
   const status = doc.paths["/v1/operator/update/{update_process_id}"].get;
-  assert.deepEqual(Object.keys(status.responses).sort(), ["200", "401", "404", "500"]);
+  assert.deepEqual(Object.keys(status.responses).sort(), ["200", "401", "403", "404", "429", "500"]);
   assert.equal(status.parameters[0].name, "update_process_id");
   const running = doc.paths["/v1/operator/running-instance"].get;
-  assert.deepEqual(Object.keys(running.responses).sort(), ["200", "401", "500", "503"]);
+  assert.deepEqual(Object.keys(running.responses).sort(), ["200", "401", "403", "429", "500", "503"]);
   assert.ok(running.responses["200"].content["application/json"].schema);
   assert.match(running.responses["503"].description, /running_instance_unavailable/);
   for (const name of ["OperatorUpdateRequest", "OperatorUpdateStatus", "OperatorRunningInstance"])

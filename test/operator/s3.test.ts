@@ -12,8 +12,7 @@ import { startArtifactServer, startS3Server } from "../helpers/artifact-servers.
 import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver, viaProxy } from "../helpers/http.js";
 import { makeTestCa } from "../helpers/tls.js";
-import { waitFor } from "../helpers/wait.js";
-import { fakeArtifact, instanceReaper, publish } from "./support.js";
+import { fakeArtifact, instanceReaper, publish, updater } from "./support.js";
 
 const creds = {
   accessKeyId: "AKIDHOSTKEEPERTEST",
@@ -57,18 +56,7 @@ test("operator updates from SigV4-signed object storage", { timeout: 60_000 }, a
     publish(objects, "hk-releases/operator", version, fakeArtifact(name));
   for (const [key, file] of objects) s3.objects.set(key, file);
 
-  const update = async (id: string, version: string, artifact_source: string) => {
-    const res = await call({
-      method: "POST",
-      url: "/v1/operator/update",
-      payload: { callback_url: receiver.url, update_process_id: id, version, artifact_source },
-    });
-    assert.equal(res.statusCode, 202, res.body);
-    return waitFor(`update ${id}`, async () => {
-      const s = (await call({ method: "GET", url: `/v1/operator/update/${id}` })).json();
-      return ["completed", "failed", "rolled_back"].includes(s.state) ? s : undefined;
-    });
-  };
+  const update = updater(call, receiver.url);
   const serving = async () => (await viaProxy(caddy.httpPort, DOMAIN)).body;
 
   await t.test("the test server refuses an unsigned request (it really checks)", async () => {

@@ -1,3 +1,4 @@
+import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import http from "node:http";
@@ -6,8 +7,10 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { projectRoot } from "../../src/paths.js";
 import { processStartTime } from "../../src/util/processes.js";
+import type { TestApp } from "../helpers/app.js";
 import type { HostedFile } from "../helpers/artifact-servers.js";
 import { type ReceivedWebhook, viaProxy } from "../helpers/http.js";
+import { waitFor } from "../helpers/wait.js";
 
 type After = { after: (fn: () => unknown) => void };
 
@@ -118,5 +121,24 @@ export function startLoad(port: number, host: string, workers = 4) {
       keepAlive.destroy();
       return results;
     },
+  };
+}
+
+/**
+ * `update(id, version, source)`: requests an operator update through the API and resolves with its status
+ * once it is final (`completed`, `failed` or `rolled_back`).
+ */
+export function updater(call: TestApp["call"], callbackUrl: string) {
+  return async (id: string, version: string, artifact_source: string) => {
+    const res = await call({
+      method: "POST",
+      url: "/v1/operator/update",
+      payload: { callback_url: callbackUrl, update_process_id: id, version, artifact_source },
+    });
+    assert.equal(res.statusCode, 202, res.body);
+    return waitFor(`update ${id}`, async () => {
+      const s = (await call({ method: "GET", url: `/v1/operator/update/${id}` })).json();
+      return ["completed", "failed", "rolled_back"].includes(s.state) ? s : undefined;
+    });
   };
 }

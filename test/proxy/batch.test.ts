@@ -168,7 +168,7 @@ test("a single change on an idle writer goes straight to Caddy as one targeted w
   const up = await startUpstream(t, "u");
   writes.length = 0;
   await svc.create(route("solo.test", up.port));
-  await svc.replace("solo.test", route("solo.test", up.port));
+  await svc.replace("solo.test", { ...route("solo.test", up.port), terminal: false });
   await svc.delete("solo.test", undefined);
   assert.deepEqual(writes, [
     "POST /config/apps/http/servers/srv0/routes",

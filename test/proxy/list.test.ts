@@ -148,6 +148,8 @@ test("while a route needs showing differently, the list is parsed and every rout
     deny,
     operatorRouteId: undefined,
     firstAttemptTimeoutMs: 1000,
+    streamCloseDelayMs: 0,
+    gracePeriodMs: 0,
     log,
     display: view,
   });

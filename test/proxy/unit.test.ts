@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { describe, test } from "node:test";
 import fc from "fast-check";
 import { DenyList } from "../../src/events/egress.js";
 import { signWebhook } from "../../src/events/signing.js";
 import { insertionIndex, type Op, opId, plan, type RouteJson } from "../../src/proxy/plan.js";
+import { caddyDuration, withStreamCloseDelay } from "../../src/proxy/streams.js";
 
 test("placement: before catch-alls and covering wildcards, else appended", () => {
   const r = (id: string, hosts?: string[]): RouteJson => ({
@@ -121,4 +122,42 @@ test("webhook signature matches the Standard Webhooks reference vector", () => {
     signWebhook(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body),
     "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
   );
+});
+
+describe("stream_close_delay on routes", () => {
+  const rp = (extra: Record<string, unknown> = {}) => ({
+    handler: "reverse_proxy",
+    upstreams: [{ dial: "127.0.0.1:9" }],
+    ...extra,
+  });
+  test("a delay is written the way Caddy reads durations", () => {
+    assert.deepEqual([120_000, 90_000, 1500].map(caddyDuration), ["2m", "90s", "1500ms"]);
+  });
+  test("every reverse_proxy handler gets it, inside subroutes too; other handlers are left alone", () => {
+    const route = {
+      "@id": "x.test",
+      handle: [
+        { handler: "subroute", routes: [{ handle: [rp()] }] },
+        rp(),
+        { handler: "static_response", body: "s" },
+      ],
+    };
+    assert.deepEqual(withStreamCloseDelay(route, 60_000).handle, [
+      { handler: "subroute", routes: [{ handle: [rp({ stream_close_delay: "1m" })] }] },
+      rp({ stream_close_delay: "1m" }),
+      { handler: "static_response", body: "s" },
+    ]);
+  });
+  test("a route that has it already is the same object; an equal value in nanoseconds counts", () => {
+    const has = { handle: [rp({ stream_close_delay: "1m" })] };
+    assert.equal(withStreamCloseDelay(has, 60_000), has);
+    const nanos = { handle: [rp({ stream_close_delay: 60e9 })] };
+    assert.equal(withStreamCloseDelay(nanos, 60_000), nanos);
+    assert.notEqual(withStreamCloseDelay(has, 30_000), has);
+  });
+  test("0 takes it away", () => {
+    assert.deepEqual(withStreamCloseDelay({ handle: [rp({ stream_close_delay: "1m" })] }, 0), {
+      handle: [rp()],
+    });
+  });
 });

@@ -4,8 +4,24 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { AptPackageManager, aptLockHolder, isSecurityOrigin, parseSimulation } from "../../src/system/apt.js";
-import { advisoryPackages, dnfLockHolder } from "../../src/system/dnf.js";
+import {
+  AptPackageManager,
+  aptLockHolder,
+  aptProgress,
+  isSecurityOrigin,
+  parseNeedrestartServices,
+  parseSimulation,
+} from "../../src/system/apt.js";
+import {
+  advisoryPackages,
+  dnfCacheDir,
+  dnfLockHolder,
+  dnfProgress,
+  nevraKey,
+  parseUnits,
+  parseUpdateInfo,
+  parseVersionLocks,
+} from "../../src/system/dnf.js";
 import { Mutex } from "../../src/system/mutex.js";
 import { detectPackageManager } from "../../src/system/select.js";
 import { buildTestApp } from "../helpers/app.js";
@@ -49,6 +65,8 @@ test("the system endpoints need the bearer token", async (t) => {
     ["POST", "/v1/system/check-updates"],
     ["POST", "/v1/system/apply-updates"],
     ["GET", "/v1/system/apply-history"],
+    ["GET", "/v1/system/applies/1"],
+    ["POST", "/v1/system/download-updates"],
   ] as const)
     assert.equal((await app.inject({ method, url })).statusCode, 401, url);
 });
@@ -59,13 +77,18 @@ test("the OpenAPI document describes the system endpoints and their bodies", asy
   const check = doc.paths["/v1/system/check-updates"].post;
   const apply = doc.paths["/v1/system/apply-updates"].post;
   const history = doc.paths["/v1/system/apply-history"].get;
-  for (const op of [check, apply, history]) {
+  const status = doc.paths["/v1/system/applies/{apply_id}"].get;
+  const download = doc.paths["/v1/system/download-updates"].post;
+  for (const op of [check, apply, history, status, download]) {
     assert.deepEqual(op.tags, ["system"]);
     assert.ok(op.summary && op.description);
     assert.ok(op.responses["200"] && op.responses["401"]);
   }
   assert.ok(check.responses["500"].description.includes("package_manager_busy"));
   assert.ok(apply.responses["400"] && apply.responses["500"]);
+  assert.ok(apply.responses["202"].headers.location && apply.responses["202"].headers["preference-applied"]);
+  assert.match(apply.description, /Prefer: respond-async/);
+  assert.ok(status.responses["404"].description.includes("apply_not_found"));
   for (const name of [
     "System",
     "PackageUpdate",
@@ -73,6 +96,9 @@ test("the OpenAPI document describes the system endpoints and their bodies", asy
     "ApplyResult",
     "ApplyRecord",
     "ApplyHistory",
+    "ApplyStatus",
+    "DownloadUpdatesRequest",
+    "DownloadResult",
   ])
     assert.ok(doc.components.schemas[name], name);
   assert.match(
@@ -129,7 +155,74 @@ test("lock holders as apt and dnf report them", () => {
     advisoryPackages(
       "RHSA-2024:1 Important/Sec. openssl-1:3.0.7-25.el9_3.x86_64\nFEDORA-2024-2 bugfix curl-8.2.1-3.fc39.x86_64\n",
     ),
-    ["openssl-1:3.0.7-25.el9_3.x86_64", "curl-8.2.1-3.fc39.x86_64"],
+    [
+      { id: "RHSA-2024:1", security: true, nevra: "openssl-1:3.0.7-25.el9_3.x86_64" },
+      { id: "FEDORA-2024-2", security: false, nevra: "curl-8.2.1-3.fc39.x86_64" },
+    ],
+  );
+  assert.equal(nevraKey("openssl-1:3.0.7-25.el9_3.x86_64"), "openssl\u0000x86_64");
+  assert.equal(
+    nevraKey("python3-dnf-plugin-versionlock-4.3.0-13.el9.noarch"),
+    "python3-dnf-plugin-versionlock\u0000noarch",
+  );
+});
+
+test("dnf updateinfo info blocks become advisories, whatever their descriptions and titles hold", () => {
+  const text = [
+    "===============================================================================",
+    "  Important: openssl security update",
+    "===============================================================================",
+    "  Update ID: RHSA-2024:0310",
+    "       Type: security",
+    "    Updated: 2024-01-22 09:10:11",
+    "       Bugs: 2248379 - CVE-2023-5678 openssl: Generating excessively long X9.42 DH keys",
+    "           : 2259944 - CVE-2024-0727 openssl: denial of service via null dereference",
+    "       CVEs: CVE-2023-5678",
+    "           : CVE-2024-0727",
+    "           : CVE-2023-5678",
+    "Description: OpenSSL is a toolkit.",
+    "           : ",
+    "           : Security Fix(es):",
+    "           : Severity: not this one",
+    "           : * openssl: CVE-2099-0001 in a description is no reference",
+    "   Severity: Important",
+    "",
+    "===============================================================================",
+    "  curl bug fix",
+    "===============================================================================",
+    "  Update ID: FEDORA-2024-2",
+    "       Type: bugfix",
+    "    Updated: 1970-01-01 00:00:00",
+    "Description: Fixes.",
+    "   Severity: None",
+  ].join("\n");
+  assert.deepEqual(Object.fromEntries(parseUpdateInfo(text)), {
+    "RHSA-2024:0310": {
+      id: "RHSA-2024:0310",
+      type: "security",
+      severity: "important",
+      cves: ["CVE-2023-5678", "CVE-2024-0727"],
+      issued: "2024-01-22T09:10:11Z",
+    },
+    "FEDORA-2024-2": { id: "FEDORA-2024-2", type: "bugfix", severity: "unknown", cves: [], issued: null },
+  });
+  assert.deepEqual(
+    Object.fromEntries(
+      parseVersionLocks(
+        "# comment\nopenssl-1:3.0.7-25.el9_3.*\n!curl-0:8.2.1-3.fc39.*\nkernel-core-0:5.14.0-362.el9.*\n",
+      ),
+    ),
+    { openssl: "3.0.7-25.el9_3", "kernel-core": "5.14.0-362.el9" },
+  );
+  assert.deepEqual(parseUnits("cron.service\nsshd.service\n\ncron.service\n"), [
+    "cron.service",
+    "sshd.service",
+  ]);
+  assert.deepEqual(
+    parseNeedrestartServices(
+      "NEEDRESTART-VER: 3.6\nNEEDRESTART-KSTA: 1\nNEEDRESTART-SVC: ssh.service\nNEEDRESTART-SVC: cron.service\n",
+    ),
+    ["cron.service", "ssh.service"],
   );
 });
 
@@ -163,6 +256,8 @@ test("apt hosts: needrestart's kernel status counts as a required reboot", async
       hold: [],
       rebootRequiredFile: join(dir, "reboot-required"),
       needrestart,
+      servicesCommand: undefined,
+      changelogTimeoutMs: 0,
       lockTimeoutMs: 1000,
       commandTimeoutMs: 5000,
     });
@@ -203,4 +298,62 @@ test("the mutex runs one at a time, in order, and a waiter gives up after its ti
   assert.deepEqual(order, ["a start", "a end", "b"]);
   await m.run(10, busy, async () => order.push("free again"));
   assert.equal(order.at(-1), "free again");
+});
+
+test("progress from apt's status lines and dnf's output: downloads, then packages installed of the planned total", () => {
+  const seen: string[] = [];
+  const record = (p: { phase: string; done: number; total: number }) =>
+    seen.push(`${p.phase} ${p.done}/${p.total}`);
+  const apt = aptProgress(record);
+  apt("2 upgraded, 1 newly installed, 0 to remove and 0 not upgraded.", "stdout");
+  apt("dlstatus:1:0.0000:Retrieving file 1 of 3", "status");
+  apt("dlstatus:3:66.5235:Retrieving file 3 of 3", "status");
+  apt("dlstatus:3:100.0000:Retrieving file 3 of 3", "status");
+  apt("pmstatus:dpkg-exec:0.0000:Running dpkg", "status");
+  apt("pmstatus:laba:7.6923:Unpacking laba (amd64)", "status");
+  apt("pmstatus:laba:61.5385:Installed laba (amd64)", "status");
+  apt("pmstatus:labc:76.9231:Installed labc (amd64)", "status");
+  apt("Setting up labb (1.1) ...", "stdout");
+  apt("pmstatus:labb:92.3077:Installed labb (amd64)", "status");
+  assert.deepEqual(seen, [
+    "downloading 0/3",
+    "downloading 2/3",
+    "downloading 3/3",
+    "installing 0/3",
+    "installing 0/3",
+    "installing 1/3",
+    "installing 2/3",
+    "installing 3/3",
+  ]);
+
+  seen.length = 0;
+  const dnf = dnfProgress(record);
+  for (const line of [
+    "Install  1 Package",
+    "Upgrade  2 Packages",
+    "(1/3): labc-1.0-1.noarch.rpm                    1.7 MB/s | 5.9 kB     00:00",
+    "(3/3): labb-1.1-1.noarch.rpm                    1.1 MB/s | 5.9 kB     00:00",
+    "[SKIPPED] laba-1.1-1.noarch.rpm: Already downloaded",
+    "Running transaction",
+    "  Preparing        :                                                        1/1",
+    "  Installing       : labc-1.0-1.noarch                                      1/5",
+    "  Upgrading        : labb-1.1-1.noarch                                      2/5",
+    "  Upgrading        : laba-1.1-1.noarch                                      3/5",
+    "  Cleanup          : labb-1.0-1.noarch                                      4/5",
+    "  Verifying        : labc-1.0-1.noarch                                      1/5",
+  ])
+    dnf(line);
+  assert.deepEqual(seen, [
+    "downloading 1/3",
+    "downloading 3/3",
+    "installing 0/3",
+    "installing 1/3",
+    "installing 2/3",
+    "installing 3/3",
+  ]);
+  assert.equal(
+    dnfCacheDir("[main]\ngpgcheck=0\ncachedir = /var/cache/x\n[repo]\ncachedir=/no\n"),
+    "/var/cache/x",
+  );
+  assert.equal(dnfCacheDir("[main]\n"), "/var/cache/dnf");
 });

@@ -111,6 +111,8 @@ test("check-updates counts and classifies updates by origin, with the security v
     security: true,
     security_version: "1.1",
     held: false,
+    held_reason: null,
+    advisories: [],
   });
   assert.deepEqual(
     Object.fromEntries(Object.values(u).map((p) => [p.name, [p.security, p.security_version, p.held]])),
@@ -262,7 +264,6 @@ test("auto_reboot runs the reboot command after the response, and only when a re
     reboot_at: string;
     finished_at: string;
   };
-  const answeredAt = Date.now();
   // Checked at once: the reboot is due 300 ms after the answer, and the checks below may take longer.
   assert.equal(reboot.ranAt(), undefined, "the reboot command must not run before the response");
   assert.equal(res.status, 200, JSON.stringify(body));
@@ -274,8 +275,8 @@ test("auto_reboot runs the reboot command after the response, and only when a re
   while (reboot.ranAt() === undefined && Date.now() < deadline) await sleep(50);
   const ranAt = reboot.ranAt();
   assert.ok(ranAt !== undefined, "the reboot command ran");
-  assert.ok(ranAt >= answeredAt, `ran at ${ranAt}, response at ${answeredAt}`);
-  assert.ok(ranAt - answeredAt >= 250, "after the configured delay (300 ms)");
+  // Not before the time the answer announced (a timer may fire up to a millisecond early).
+  assert.ok(ranAt >= Date.parse(body.reboot_at) - 1, `ran at ${ranAt}, announced ${body.reboot_at}`);
 });
 
 test("a reboot scheduled but not yet due is cancelled when the agent closes", async (t) => {

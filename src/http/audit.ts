@@ -1,0 +1,82 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { type AuditLog, type AuditSummary, outcomeOf } from "../store/audit.js";
+
+const READS = new Set(["GET", "HEAD", "OPTIONS"]);
+
+/**
+ * Body fields a summary may carry: what the change is about, short scalars only. Callback URLs, artifact
+ * sources, checksums and upstream lists stay out (they can hold credentials or be long); a list says only
+ * how many items it had.
+ */
+const SUMMARY_FIELDS = new Set([
+  "domain",
+  "strategy",
+  "terminal",
+  "change_id",
+  "update_type",
+  "auto_reboot",
+  "update_process_id",
+  "version",
+]);
+const COUNTED_FIELDS = new Set(["upstreams"]);
+const MAX_TEXT = 200;
+
+const scalar = (v: unknown): v is string | number | boolean =>
+  (typeof v === "string" && v.length <= MAX_TEXT) || typeof v === "number" || typeof v === "boolean";
+
+/** The operation, its path parameters, and the allowed fields of its body: one line of what was asked. */
+export function auditSummary(request: FastifyRequest, withBody: boolean): AuditSummary {
+  const schema = request.routeOptions.schema as { operationId?: string } | undefined;
+  const summary: AuditSummary = { operation: schema?.operationId ?? null };
+  for (const [k, v] of Object.entries((request.params ?? {}) as Record<string, unknown>))
+    if (scalar(v)) summary[k] = v;
+  const body = withBody ? request.body : undefined;
+  if (typeof body === "object" && body !== null && !Array.isArray(body))
+    for (const [k, v] of Object.entries(body)) {
+      if (SUMMARY_FIELDS.has(k) && scalar(v)) summary[k] = v;
+      else if (COUNTED_FIELDS.has(k) && Array.isArray(v)) summary[k] = v.length;
+    }
+  return summary;
+}
+
+/**
+ * Records every authenticated request to a route with effects (any method but GET, HEAD, OPTIONS) in the
+ * audit trail: begun as soon as its token is known, before its scopes are checked, its body read or its
+ * handler run; its summary completed from the body before validation; its end written when the answer
+ * has gone out or the connection closed first. Returns the hook the access control calls after the token.
+ */
+export function auditMutations(
+  app: FastifyInstance,
+  audit: AuditLog,
+  now: () => number,
+): (request: FastifyRequest, reply: FastifyReply) => void {
+  const ids = new WeakMap<FastifyRequest, number>();
+  app.addHook("preValidation", async (request) => {
+    const id = ids.get(request);
+    if (id !== undefined) audit.describe(id, auditSummary(request, true));
+  });
+  // Fastify calls this once the answer is sent (inject included); a connection that closes first never gets here.
+  app.addHook("onResponse", async (request, reply) => {
+    const id = ids.get(request);
+    if (id !== undefined) audit.complete(id, outcomeOf(reply.statusCode), reply.statusCode);
+  });
+  return (request, reply) => {
+    if (READS.has(request.method) || !request.principal) return;
+    const id = audit.begin({
+      at: new Date(now()),
+      token: request.principal.name,
+      remoteAddress: request.ip,
+      requestId: request.id,
+      method: request.method,
+      route: request.routeOptions.url ?? "",
+      path: request.url.split("?")[0] ?? request.url,
+      summary: auditSummary(request, false),
+    });
+    ids.set(request, id);
+    // The connection closed before the answer was all sent (the client went away, or timed out): the
+    // handler may still finish the change, but nobody learns its outcome.
+    reply.raw.once("close", () => {
+      if (!reply.raw.writableFinished) audit.complete(id, "aborted", null);
+    });
+  };
+}

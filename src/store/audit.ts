@@ -1,0 +1,148 @@
+import type { Db, Migration } from "./db.js";
+
+export const auditMigrations: Migration[] = [
+  {
+    name: "audit.001_log",
+    sql: `CREATE TABLE audit_log (
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
+      at TEXT NOT NULL,
+      token TEXT NOT NULL,
+      remote_address TEXT NOT NULL,
+      request_id TEXT NOT NULL,
+      method TEXT NOT NULL,
+      route TEXT NOT NULL,
+      path TEXT NOT NULL,
+      summary TEXT NOT NULL,
+      outcome TEXT NOT NULL,
+      status INTEGER,
+      completed_at TEXT
+    );
+    CREATE INDEX audit_log_at ON audit_log (at);`,
+  },
+];
+
+/**
+ * `pending`: written, its request not finished. `succeeded` (2xx/3xx), `refused` (4xx), `failed` (5xx): the
+ * status the client got. `aborted`: the connection closed before the answer was sent (the change may
+ * still have happened). `interrupted`: the agent stopped (crash, kill) before the request finished; found
+ * at the next start, when the record is completed so.
+ */
+export const AUDIT_OUTCOMES = [
+  "pending",
+  "succeeded",
+  "refused",
+  "failed",
+  "aborted",
+  "interrupted",
+] as const;
+export type AuditOutcome = (typeof AUDIT_OUTCOMES)[number];
+
+/** A short description of what a mutation was asked to change; scalars only. */
+export type AuditSummary = Record<string, string | number | boolean | null>;
+
+export interface AuditStart {
+  at: Date;
+  token: string;
+  remoteAddress: string;
+  requestId: string;
+  method: string;
+  route: string;
+  path: string;
+  summary: AuditSummary;
+}
+
+export interface AuditRecord {
+  id: number;
+  at: string;
+  completed_at: string | null;
+  token: string;
+  remote_address: string;
+  request_id: string;
+  method: string;
+  route: string;
+  path: string;
+  status: number | null;
+  outcome: AuditOutcome;
+  summary: AuditSummary;
+}
+
+interface Row extends Omit<AuditRecord, "summary"> {
+  summary: string;
+}
+
+export const outcomeOf = (status: number): "succeeded" | "refused" | "failed" =>
+  status >= 500 ? "failed" : status >= 400 ? "refused" : "succeeded";
+
+/**
+ * The audit trail of mutating requests, in the agent's database. A record is written when the request is
+ * authenticated, before any effect; it is completed with the answer's status, or as aborted. Each write is
+ * its own committed statement, so what was asked survives a crash of the agent between record and effect.
+ */
+export class AuditLog {
+  private readonly insert;
+  private readonly describeStmt;
+  private readonly completeStmt;
+
+  constructor(
+    private readonly db: Db,
+    private readonly now: () => number,
+  ) {
+    this.insert = db.prepare(
+      `INSERT INTO audit_log (at, token, remote_address, request_id, method, route, path, summary, outcome)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending')`,
+    );
+    this.describeStmt = db.prepare("UPDATE audit_log SET summary = ? WHERE id = ?");
+    this.completeStmt = db.prepare(
+      "UPDATE audit_log SET outcome = ?, status = ?, completed_at = ? WHERE id = ? AND outcome = 'pending'",
+    );
+  }
+
+  /** Records left pending by an agent that stopped without finishing them; call before serving. */
+  markInterrupted(): number {
+    return this.db
+      .prepare("UPDATE audit_log SET outcome = 'interrupted', completed_at = ? WHERE outcome = 'pending'")
+      .run(new Date(this.now()).toISOString()).changes;
+  }
+
+  begin(r: AuditStart): number {
+    const info = this.insert.run(
+      r.at.toISOString(),
+      r.token,
+      r.remoteAddress,
+      r.requestId,
+      r.method,
+      r.route,
+      r.path,
+      JSON.stringify(r.summary),
+    );
+    return Number(info.lastInsertRowid);
+  }
+
+  /** Replaces the summary (once the body has been read), still before the effect. */
+  describe(id: number, summary: AuditSummary): void {
+    this.describeStmt.run(JSON.stringify(summary), id);
+  }
+
+  /** The record's end; a record already completed keeps its first outcome. */
+  complete(
+    id: number,
+    outcome: Exclude<AuditOutcome, "pending" | "interrupted">,
+    status: number | null,
+  ): void {
+    this.completeStmt.run(outcome, status, new Date(this.now()).toISOString(), id);
+  }
+
+  /** Records at or after `since`, oldest first, at most `limit`. */
+  list(opts: { since?: Date | undefined; limit: number }): AuditRecord[] {
+    const rows = this.db
+      .prepare("SELECT * FROM audit_log WHERE at >= ? ORDER BY id LIMIT ?")
+      .all(opts.since?.toISOString() ?? "", opts.limit) as Row[];
+    return rows.map((r) => ({ ...r, summary: JSON.parse(r.summary) as AuditSummary }));
+  }
+
+  /** Deletes records older than `retentionMs`; returns how many. */
+  prune(retentionMs: number): number {
+    const cutoff = new Date(this.now() - retentionMs).toISOString();
+    return this.db.prepare("DELETE FROM audit_log WHERE at < ? AND outcome != 'pending'").run(cutoff).changes;
+  }
+}

@@ -1,0 +1,248 @@
+import type { Outbox } from "../events/outbox.js";
+import type { Db, Migration } from "../store/db.js";
+import type { ApplyChanges, ApplyProgress, PackageUpdate, Recovery } from "./package-manager.js";
+import type { ApplyState, ApplyStatus, RebootReport } from "./schemas.js";
+
+export const applyStateMigrations: Migration[] = [
+  {
+    // An apply's state machine (what an async apply reports), with a history of states, the callback its
+    // events go to, and what it planned, recovered and rebooted. Earlier rows get the state their outcome means.
+    name: "system.003_apply_states",
+    sql: `
+      ALTER TABLE system_applies ADD COLUMN state TEXT NOT NULL DEFAULT 'completed';
+      ALTER TABLE system_applies ADD COLUMN callback_url TEXT;
+      ALTER TABLE system_applies ADD COLUMN progress TEXT;
+      ALTER TABLE system_applies ADD COLUMN planned TEXT;
+      ALTER TABLE system_applies ADD COLUMN recovery TEXT;
+      ALTER TABLE system_applies ADD COLUMN reboot TEXT;
+      ALTER TABLE system_applies ADD COLUMN reboot_at TEXT;
+      ALTER TABLE system_applies ADD COLUMN updated_at TEXT;
+      UPDATE system_applies SET state = CASE outcome WHEN 'failed' THEN 'failed'
+        WHEN 'interrupted' THEN 'interrupted' WHEN 'running' THEN 'installing' ELSE 'completed' END,
+        updated_at = COALESCE(finished_at, started_at);
+      CREATE TABLE system_apply_states (
+        apply_id INTEGER NOT NULL REFERENCES system_applies (id),
+        seq INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        at TEXT NOT NULL,
+        PRIMARY KEY (apply_id, seq)
+      );
+      CREATE TABLE system_boots (
+        boot_id TEXT PRIMARY KEY,
+        seen_at TEXT NOT NULL,
+        booted_at TEXT,
+        kernel TEXT,
+        previous_boot_id TEXT,
+        planned_apply_id INTEGER
+      );`,
+  },
+];
+
+export interface ApplyRow {
+  id: number;
+  request_id: string;
+  requested_by: string;
+  update_type: "security" | "full";
+  auto_reboot: number;
+  package_manager: ApplyStatus["package_manager"];
+  started_at: string;
+  finished_at: string | null;
+  duration_ms: number | null;
+  outcome: "running" | "succeeded" | "failed" | "interrupted";
+  error: string | null;
+  result: string | null;
+  state: ApplyState;
+  callback_url: string | null;
+  progress: string | null;
+  planned: string | null;
+  recovery: string | null;
+  reboot: string | null;
+  reboot_at: string | null;
+  updated_at: string | null;
+}
+
+export type StoredResult = ApplyChanges & {
+  reboot_required: boolean;
+  reboot_scheduled: boolean;
+  services_restart_required?: string[] | null;
+};
+export type Progress = ApplyStatus["progress"];
+
+const json = <T>(text: string | null): T | null => (text === null ? null : (JSON.parse(text) as T));
+
+/** An apply's package lists and reboot flags from its stored result; empty until it is over. */
+export function changesOf(stored: string | null) {
+  const result = json<StoredResult>(stored);
+  return {
+    upgraded: result?.upgraded ?? [],
+    installed: result?.installed ?? [],
+    removed: result?.removed ?? [],
+    held_back: result?.held_back ?? [],
+    reboot_required: result?.reboot_required ?? null,
+    services_restart_required: result?.services_restart_required ?? null,
+    reboot_scheduled: result?.reboot_scheduled ?? false,
+  };
+}
+
+export const applyPath = (id: number) => `/v1/system/applies/${id}`;
+
+/** Fields a transition may set with the state. */
+export interface ApplyFields {
+  outcome?: ApplyRow["outcome"];
+  finished_at?: string;
+  duration_ms?: number;
+  error?: { code: string; detail: string } | null;
+  result?: StoredResult;
+  progress?: Progress;
+  reboot?: RebootReport;
+  reboot_at?: string | null;
+}
+
+/**
+ * The applies' persistent state: each state change is one transaction that records it in the apply's history
+ * and, when the apply has a callback, writes its `system_update` event into the outbox (one ordering key per
+ * apply, so its events arrive in order).
+ */
+export class ApplyStore {
+  private readonly insertStmt;
+  private readonly byIdStmt;
+  private readonly statesStmt;
+  private readonly addStateStmt;
+
+  constructor(
+    private readonly db: Db,
+    private readonly outbox: Outbox,
+  ) {
+    this.insertStmt = db.prepare(
+      `INSERT INTO system_applies (request_id, requested_by, update_type, auto_reboot, package_manager, started_at,
+         outcome, state, callback_url, updated_at)
+       VALUES (@request_id, @requested_by, @update_type, @auto_reboot, @package_manager, @at, 'running', 'queued',
+         @callback_url, @at)`,
+    );
+    this.byIdStmt = db.prepare("SELECT * FROM system_applies WHERE id = ?");
+    this.statesStmt = db.prepare("SELECT state, at FROM system_apply_states WHERE apply_id = ? ORDER BY seq");
+    this.addStateStmt = db.prepare(
+      `INSERT INTO system_apply_states (apply_id, seq, state, at)
+       VALUES (?, (SELECT count(*) FROM system_apply_states WHERE apply_id = ?), ?, ?)`,
+    );
+  }
+
+  /** Records a new apply in state `queued`, with its event. */
+  create(a: {
+    request_id: string;
+    requested_by: string;
+    update_type: "security" | "full";
+    auto_reboot: boolean;
+    package_manager: string;
+    callback_url: string | null;
+    at: string;
+  }): number {
+    let id = 0;
+    this.db.transaction(() => {
+      id = Number(this.insertStmt.run({ ...a, auto_reboot: a.auto_reboot ? 1 : 0 }).lastInsertRowid);
+      this.recordState(id, "queued", a.at);
+    })();
+    this.outbox.kick();
+    return id;
+  }
+
+  get(id: number): ApplyRow | undefined {
+    return this.byIdStmt.get(id) as ApplyRow | undefined;
+  }
+
+  /** Moves an apply to `state`, setting `fields` with it; its history entry and event in the same transaction. */
+  transition(id: number, state: ApplyState, fields: ApplyFields = {}): ApplyRow {
+    const now = new Date().toISOString();
+    const values: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(fields))
+      values[k] = v === undefined || v === null || typeof v !== "object" ? (v ?? null) : JSON.stringify(v);
+    const sets = Object.keys(values).map((k) => `${k} = @${k}`);
+    this.db.transaction(() => {
+      this.db
+        .prepare(
+          `UPDATE system_applies SET ${[...sets, "state = @state", "updated_at = @now"].join(", ")} WHERE id = @id`,
+        )
+        .run({ ...values, id, state, now });
+      this.recordState(id, state, now);
+    })();
+    this.outbox.kick();
+    return this.get(id) as ApplyRow;
+  }
+
+  /** Sets fields without a change of state (no event): the plan, the recovery, the progress. */
+  update(id: number, fields: { planned?: PackageUpdate[]; recovery?: Recovery; progress?: Progress }): void {
+    const sets = Object.keys(fields).map((k) => `${k} = @${k}`);
+    const values = Object.fromEntries(Object.entries(fields).map(([k, v]) => [k, JSON.stringify(v)]));
+    this.db
+      .prepare(`UPDATE system_applies SET ${sets.join(", ")}, updated_at = @now WHERE id = @id`)
+      .run({ ...values, id, now: new Date().toISOString() });
+  }
+
+  /** Applies in one of `states`, oldest first. */
+  inStates(states: readonly ApplyState[]): ApplyRow[] {
+    return this.db
+      .prepare(`SELECT * FROM system_applies WHERE state IN (SELECT value FROM json_each(?)) ORDER BY id`)
+      .all(JSON.stringify(states)) as ApplyRow[];
+  }
+
+  /** Whether the apply before `id` was cut short by a stop of the agent. */
+  previousInterrupted(id: number): boolean {
+    const row = this.db
+      .prepare("SELECT outcome FROM system_applies WHERE id < ? ORDER BY id DESC LIMIT 1")
+      .get(id) as { outcome: string } | undefined;
+    return row?.outcome === "interrupted";
+  }
+
+  status(row: ApplyRow, liveProgress?: Progress): ApplyStatus {
+    const planned = json<PackageUpdate[]>(row.planned) ?? [];
+    return {
+      id: row.id,
+      state: row.state,
+      update_type: row.update_type,
+      auto_reboot: row.auto_reboot === 1,
+      package_manager: row.package_manager,
+      callback_url: row.callback_url,
+      progress: liveProgress ?? json<Progress>(row.progress) ?? { download: null, install: null },
+      planned: planned.map((u) => ({
+        name: u.name,
+        arch: u.arch,
+        current_version: u.current_version,
+        new_version:
+          row.update_type === "security" && u.security_version ? u.security_version : u.new_version,
+        held: u.held,
+      })),
+      ...changesOf(row.result),
+      reboot_at: row.reboot_at,
+      reboot: json<RebootReport>(row.reboot),
+      recovery: json<Recovery>(row.recovery),
+      error: json<{ code: string; detail: string }>(row.error),
+      history: this.statesStmt.all(row.id) as ApplyStatus["history"],
+      started_at: row.started_at,
+      updated_at: row.updated_at ?? row.started_at,
+      finished_at: row.finished_at,
+      duration_ms: row.duration_ms,
+      links: { status: applyPath(row.id) },
+    };
+  }
+
+  private recordState(id: number, state: ApplyState, at: string): void {
+    this.addStateStmt.run(id, id, state, at);
+    const row = this.get(id) as ApplyRow;
+    if (row.callback_url === null) return;
+    this.outbox.add({
+      type: "system_update",
+      url: row.callback_url,
+      data: this.status(row),
+      orderingKey: `system_update:${id}`,
+    });
+  }
+}
+
+/** Progress as the status shows it, updated from an adapter's report. */
+export function nextProgress(p: Progress, report: ApplyProgress): Progress {
+  const count = { done: report.done, total: report.total };
+  if (report.phase === "downloading") return { ...p, download: count };
+  // Installing starts when downloading is over: what was to download is downloaded (none: nothing was).
+  const download = p.download ? { done: p.download.total, total: p.download.total } : { done: 0, total: 0 };
+  return { download, install: count };
+}
