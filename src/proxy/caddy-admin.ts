@@ -40,6 +40,37 @@ export interface CaddyResponse {
   text: string;
 }
 
+/** An answer whose body is read as it arrives (see `CaddyAdmin.stream`). */
+export interface CaddyStream {
+  status: number;
+  etag: string | undefined;
+  headers: http.IncomingHttpHeaders;
+  body: http.IncomingMessage;
+}
+
+const outcomeOf = (status: number) =>
+  `${Math.min(Math.max(Math.floor(status / 100), 2), 5)}xx` as CaddyRequestOutcome;
+
+const etagOf = (res: http.IncomingMessage) => {
+  const etag = res.headers.etag;
+  return typeof etag === "string" ? etag : undefined;
+};
+
+const responseOf = (res: http.IncomingMessage, text: string): CaddyResponse => ({
+  status: res.statusCode ?? 0,
+  etag: etagOf(res),
+  text,
+});
+
+const timeoutError = (ms: number) =>
+  Object.assign(new Error(`no answer within ${ms} ms`), { code: "ETIMEDOUT" });
+
+const brokenOff = (err: Error) =>
+  new CaddyUnavailableError(`Caddy's admin API broke off its answer: ${err.message}`, {
+    cause: err,
+    reason: "aborted",
+  });
+
 const RETRYABLE_READ = new Set(["ECONNRESET", "EPIPE", "ECONNREFUSED", "ENOENT"]);
 
 /**
@@ -67,11 +98,7 @@ export class CaddyAdmin {
     const started = process.hrtime.bigint();
     return this.request(method, path, opts).then(
       (res) => {
-        this.observe(
-          method,
-          started,
-          `${Math.min(Math.max(Math.floor(res.status / 100), 2), 5)}xx` as CaddyRequestOutcome,
-        );
+        this.observe(method, started, outcomeOf(res.status));
         return res;
       },
       (err: unknown) => {
@@ -93,53 +120,77 @@ export class CaddyAdmin {
     opts: { body?: string; ifMatch?: string },
   ): Promise<CaddyResponse> {
     return new Promise((resolve, reject) => {
-      const headers: Record<string, string> = { ...(this.base.headers as Record<string, string>) };
-      if (opts.body !== undefined) {
-        headers["content-type"] = "application/json";
-        headers["content-length"] = String(Buffer.byteLength(opts.body));
-      }
-      if (opts.ifMatch) headers["if-match"] = opts.ifMatch;
-      const req = http.request({ ...this.base, method, path, headers, agent: false });
-      const timer = setTimeout(
-        () =>
-          req.destroy(
-            Object.assign(new Error(`no answer within ${this.timeoutMs} ms`), { code: "ETIMEDOUT" }),
-          ),
-        this.timeoutMs,
-      );
+      const req = this.send(method, path, opts, (err) => {
+        clearTimeout(timer);
+        reject(err);
+      });
+      const timer = setTimeout(() => req.destroy(timeoutError(this.timeoutMs)), this.timeoutMs);
       req.on("response", (res) => {
         const chunks: Buffer[] = [];
         res.on("data", (c: Buffer) => chunks.push(c));
         res.on("end", () => {
           clearTimeout(timer);
-          const etag = res.headers.etag;
-          resolve({
-            status: res.statusCode ?? 0,
-            etag: typeof etag === "string" ? etag : undefined,
-            text: Buffer.concat(chunks).toString("utf8"),
-          });
+          resolve(responseOf(res, Buffer.concat(chunks).toString("utf8")));
         });
         res.on("error", (err) => {
           clearTimeout(timer);
-          reject(
-            new CaddyUnavailableError(`Caddy's admin API broke off its answer: ${err.message}`, {
-              cause: err,
-              reason: "aborted",
-            }),
-          );
+          reject(brokenOff(err));
         });
       });
-      req.on("error", (err: NodeJS.ErrnoException) => {
-        clearTimeout(timer);
-        reject(
-          // The address stays out of the message, which may reach a client; the start-up log names it.
-          new CaddyUnavailableError(`Caddy's admin API is unreachable: ${err.code ?? err.message}`, {
-            cause: err,
-          }),
-        );
-      });
-      req.end(opts.body);
     });
+  }
+
+  /** Sends one request; `fail` gets the error when no answer came. Reading the answer is the caller's. */
+  private send(
+    method: string,
+    path: string,
+    opts: { body?: string; ifMatch?: string },
+    fail: (err: CaddyUnavailableError) => void,
+  ): http.ClientRequest {
+    const headers: Record<string, string> = { ...(this.base.headers as Record<string, string>) };
+    if (opts.body !== undefined) {
+      headers["content-type"] = "application/json";
+      headers["content-length"] = String(Buffer.byteLength(opts.body));
+    }
+    if (opts.ifMatch) headers["if-match"] = opts.ifMatch;
+    const req = http.request({ ...this.base, method, path, headers, agent: false });
+    req.on("error", (err: NodeJS.ErrnoException) =>
+      fail(
+        // The address stays out of the message, which may reach a client; the start-up log names it.
+        new CaddyUnavailableError(`Caddy's admin API is unreachable: ${err.code ?? err.message}`, {
+          cause: err,
+        }),
+      ),
+    );
+    req.end(opts.body);
+    return req;
+  }
+
+  /**
+   * A GET whose answer is handed over as it arrives rather than read whole: for answers too large to hold
+   * (the routes of a big server). Retried like `read` until the answer's head arrives. The head must come
+   * within the time-out; after it, the body may pause that long at most (the stream then fails).
+   */
+  async stream(path: string, attempts = 4): Promise<CaddyStream> {
+    for (let i = 0; ; i++) {
+      const started = process.hrtime.bigint();
+      try {
+        const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+          const req = this.send("GET", path, {}, reject);
+          req.setTimeout(this.timeoutMs, () => req.destroy(timeoutError(this.timeoutMs)));
+          req.on("response", resolve);
+        });
+        this.observe("GET", started, outcomeOf(res.statusCode ?? 0));
+        return { status: res.statusCode ?? 0, etag: etagOf(res), headers: res.headers, body: res };
+      } catch (err) {
+        this.observe("GET", started, "error");
+        const reason = err instanceof CaddyUnavailableError ? err.reason : "unreachable";
+        this.metrics?.caddyAdminErrors.inc({ method: "GET", reason });
+        const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
+        if (!code || !RETRYABLE_READ.has(code) || i >= attempts - 1) throw err;
+        await new Promise((r) => setTimeout(r, 25 * 2 ** i));
+      }
+    }
   }
 
   /**

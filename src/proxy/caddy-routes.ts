@@ -1,3 +1,4 @@
+import { pipeline, type Readable, Transform } from "node:stream";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "./caddy-admin.js";
 import { canonicalJson, type Op, opId, type Plan, type RouteJson } from "./plan.js";
 
@@ -24,13 +25,6 @@ export type WriteOutcome =
   /** The connection failed after the request may have reached Caddy: the write may or may not have landed. */
   | { kind: "uncertain"; message: string };
 
-export interface ReadBack {
-  /** Why a change is not in Caddy as written; undefined when all are. */
-  problem: string | undefined;
-  /** The check read the changed routes by id, so the routes' new ETag is still unknown. */
-  byId: boolean;
-}
-
 export interface CaddyRoutesOptions {
   /** Name of the managed server under `apps.http.servers`. */
   server: string;
@@ -40,8 +34,9 @@ export interface CaddyRoutesOptions {
   httpApp?: Record<string, unknown>;
 }
 
-/** Up to this many changed ids are verified one by one; more, by one read of all routes. */
-const FEW = 8;
+/** Bytes up to which a routes answer Caddy sized is read whole rather than streamed. */
+const SMALL_ANSWER = 64 * 1024;
+
 /** Connection errors that prove the request never reached Caddy. */
 const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
 
@@ -58,6 +53,12 @@ export class CaddyRoutes {
    * holds the text Caddy sent, parsed when the next change needs it.
    */
   private cache: RoutesState | { text: string; etag: string } | undefined;
+  /** Where each route id was in the routes last parsed or written: a hint for reading one route. */
+  private positions = new Map<string, number>();
+  /** A read of all routes for `route` under way, and the generation it started in. */
+  private reading: { generation: number; routes: Promise<RouteJson[]> } | undefined;
+  /** Counts the agent's writes to the routes. */
+  private generation = 0;
 
   constructor(
     private readonly admin: CaddyAdmin,
@@ -75,6 +76,82 @@ export class CaddyRoutes {
     throw new CaddyApiError(res.status, caddyErrorText(res));
   }
 
+  /**
+   * The routes read from Caddy now, as Caddy's own bytes passed on while they arrive (`[]` when there are
+   * none): a list of thousands of routes is neither held whole nor parsed.
+   */
+  async stream(): Promise<Readable | string> {
+    const res = await this.admin.stream(this.routesPath);
+    // A small answer Caddy sized (it sizes what fits its first buffer) is read whole, and goes out sized too.
+    const length = Number(res.headers["content-length"] ?? Number.NaN);
+    if (res.status === 200 && length <= SMALL_ANSWER) {
+      const text = await readAll(res.body);
+      return text.trim() === "null" ? "[]" : text;
+    }
+    if (res.status === 200) {
+      // A body Caddy breaks off fails the stream (and so the answer), rather than ending it short.
+      const out = nullAsEmpty();
+      pipeline(res.body, out, () => {});
+      return out;
+    }
+    const text = await readAll(res.body);
+    if (await this.serverMissing(res.status)) return "[]";
+    throw new CaddyApiError(res.status, caddyErrorText({ ...res, text }));
+  }
+
+  /**
+   * One route of the managed server by id, read from Caddy now; undefined when the server has none. A
+   * known position is read alone and kept only when it still holds that id; an id Caddy knows nowhere is
+   * answered by its id index; otherwise all routes are read.
+   */
+  async route(id: string): Promise<RouteJson | undefined> {
+    const at = this.positions.get(id);
+    if (at !== undefined) {
+      const res = await this.admin.read(`${this.routesPath}/${at}`);
+      if (res.status === 200) {
+        const route = JSON.parse(res.text) as RouteJson | null;
+        if (route?.["@id"] === id) return route;
+      }
+    }
+    // Only an id that names no path of its own can go to /id/ (Caddy splits the decoded path at "/").
+    if (id !== "" && !id.includes("/")) {
+      const res = await this.admin.read(`/id/${encodeURIComponent(id)}`);
+      if (res.status === 404) return undefined;
+    }
+    const routes = await this.allRoutes();
+    return routes.find((r) => r["@id"] === id);
+  }
+
+  /**
+   * All routes read and parsed now. Reads asked for while one is under way share it, unless the agent
+   * changed the routes since it started: a caller that saw its change answered then reads it.
+   */
+  private allRoutes(): Promise<RouteJson[]> {
+    const shared = this.reading;
+    if (shared && shared.generation === this.generation) return shared.routes;
+    const reading = {
+      generation: this.generation,
+      routes: this.text().then((text) => {
+        const routes = JSON.parse(text) as RouteJson[];
+        this.remember(routes);
+        return routes;
+      }),
+    };
+    this.reading = reading;
+    const done = () => {
+      if (this.reading === reading) this.reading = undefined;
+    };
+    reading.routes.then(done, done);
+    return reading.routes;
+  }
+
+  private remember(routes: readonly RouteJson[]): void {
+    this.positions = new Map();
+    routes.forEach((r, i) => {
+      if (typeof r["@id"] === "string") this.positions.set(r["@id"], i);
+    });
+  }
+
   /** The last known routes, else the routes read now; `cached` says which. */
   async current(): Promise<{ state: RoutesState; cached: boolean }> {
     const cached = this.cachedState();
@@ -84,12 +161,14 @@ export class CaddyRoutes {
 
   /** Makes the next `current()` read Caddy. */
   forget(): void {
+    this.generation++;
     this.cache = undefined;
   }
 
   /**
    * Reads the routes and their ETag into the last known state; a failed read leaves none. The text is
-   * parsed once the event loop is idle, so the next change does not wait for it.
+   * parsed once the event loop is idle, so the next change does not wait for it (at 20,000 routes the parse
+   * takes tens of milliseconds; the parsed routes do not show in the idle agent's resident memory).
    */
   async refresh(): Promise<void> {
     this.cache = undefined;
@@ -135,22 +214,23 @@ export class CaddyRoutes {
     }
   }
 
-  /** Checks that each applied change is in Caddy as written. A failed read is a problem, not a throw. */
-  async readBack(p: Plan): Promise<ReadBack> {
-    // Only the last change to an id decides what Caddy must hold for it (a batch may create and delete one id).
-    const last = new Map(p.applied.map(({ op }) => [opId(op), op]));
-    // A few changes: read just those routes by id, whatever the number of routes.
-    const byId = last.size <= FEW;
+  /**
+   * Takes note of a written plan. The write's own answer verifies it: Caddy answered 2xx to a write carrying
+   * If-Match on the routes the plan started from, so it holds the plan's routes. Reading them back would cost
+   * a round trip (often two: Caddy restarts its admin endpoint after a change, and a read landing then is
+   * reset) and, for a batch, a read and parse of every route, and prove nothing more. The routes' new ETag
+   * is still unknown: the writer reads it once the answers are out, and the next write's If-Match catches
+   * any difference.
+   */
+  written(p: Plan): void {
+    this.generation++;
     this.cache = undefined;
-    try {
-      return { byId, problem: byId ? await this.problemById(last) : await this.problemInAll(last) };
-    } catch (err) {
-      return { byId, problem: `reading the change back failed: ${(err as Error).message}` };
-    }
+    this.remember(p.routes);
   }
 
   /** Puts the captured routes back as they were before a change; throws unless they read back that way. */
   async restore(before: RoutesState): Promise<void> {
+    this.generation++;
     this.cache = undefined;
     if (!before.serverExists) {
       const now = await this.admin.read(this.serverPath);
@@ -246,7 +326,11 @@ export class CaddyRoutes {
 
   private async read(): Promise<RoutesState> {
     const res = await this.admin.read(this.routesPath);
-    if (res.status === 200 && res.etag) return routesStateOf(res.text, res.etag);
+    if (res.status === 200 && res.etag) {
+      const state = routesStateOf(res.text, res.etag);
+      this.remember(state.routes);
+      return state;
+    }
     if (await this.serverMissing(res.status)) {
       const whole = await this.admin.read("/config/");
       if (whole.status !== 200 || !whole.etag) throw new CaddyApiError(whole.status, caddyErrorText(whole));
@@ -262,6 +346,7 @@ export class CaddyRoutes {
     if (c === undefined || "routes" in c) return c;
     try {
       this.cache = routesStateOf(c.text, c.etag);
+      this.remember(this.cache.routes);
     } catch {
       // Text that is not a routes array (parsed on an idle tick, where a throw would stop the agent): no
       // cache, so the next change reads Caddy afresh and meets any real problem there.
@@ -308,43 +393,43 @@ export class CaddyRoutes {
     const parent = chain.slice(0, depth).join("/");
     return this.admin.write("POST", `/config/${parent ? `${parent}/` : ""}${chain[depth]}`, value, ifMatch);
   }
-
-  private async problemById(last: Map<string, Op>): Promise<string | undefined> {
-    const problems = await Promise.all(
-      [...last].map(async ([id, op]) => {
-        const res = await this.admin.read(`/id/${encodeURIComponent(id)}`);
-        if (op.kind === "delete")
-          return res.status === 404 ? undefined : `route ${id} is still present after its deletion`;
-        if (res.status !== 200) return `route ${id} cannot be read back: ${caddyErrorText(res)}`;
-        return canonicalJson(JSON.parse(res.text)) === canonicalJson(op.route)
-          ? undefined
-          : `route ${id} does not read back as written`;
-      }),
-    );
-    return problems.find((x) => x !== undefined);
-  }
-
-  /** One read of all routes; when the changes are all there, it becomes the last known state. */
-  private async problemInAll(last: Map<string, Op>): Promise<string | undefined> {
-    const res = await this.admin.read(this.routesPath);
-    if (res.status !== 200 || !res.etag) return `reading the routes back failed: ${caddyErrorText(res)}`;
-    const state = routesStateOf(res.text, res.etag);
-    const byId = new Map(state.routes.map((r) => [r["@id"], r]));
-    for (const [id, op] of last) {
-      const got = byId.get(id);
-      if (op.kind === "delete") {
-        if (got) return `route ${id} is still present after its deletion`;
-      } else if (!got || canonicalJson(got) !== canonicalJson(op.route)) {
-        return `route ${id} does not read back as written`;
-      }
-    }
-    this.cache = state;
-    return undefined;
-  }
 }
 
 /** The state of an existing server from Caddy's answer for its routes path (`null` when it has no routes key). */
 function routesStateOf(text: string, etag: string): RoutesState {
   const parsed = JSON.parse(text) as RouteJson[] | null;
   return { serverExists: true, routesPresent: parsed !== null, routes: parsed ?? [], etag };
+}
+
+/** Reads a stream to its end as UTF-8 text. */
+async function readAll(body: Readable): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of body) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+/**
+ * Passes Caddy's answer for the routes path through unchanged, except `null` (a server without a routes
+ * key), which becomes `[]`. Only the first bytes are looked at.
+ */
+function nullAsEmpty(): Transform {
+  let decided: "pass" | "null" | undefined;
+  let head = "";
+  return new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      if (decided === "pass") return done(null, chunk);
+      if (decided === "null") return done();
+      head += chunk.toString("latin1");
+      const first = head.trimStart();
+      if (first === "") return done();
+      decided = first[0] === "n" ? "null" : "pass";
+      if (decided === "null") return done();
+      const out = Buffer.from(head, "latin1");
+      head = "";
+      done(null, out);
+    },
+    flush(done) {
+      done(null, decided === "null" ? "[]" : head === "" ? undefined : Buffer.from(head, "latin1"));
+    },
+  });
 }

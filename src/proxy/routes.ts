@@ -49,9 +49,9 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
       },
     },
     async (_request, reply) => {
-      // Caddy's own JSON goes out as it came: re-serialising thousands of routes would cost more than reading them.
-      const text = await service.listText();
-      return reply.type("application/json").send(text);
+      // Caddy's own bytes go out as they come: parsing and re-serialising thousands of routes would cost
+      // more than reading them, and holding them whole would cost memory per request.
+      return reply.type("application/json").send(await service.list());
     },
   );
 

@@ -1,3 +1,4 @@
+import type { Readable } from "node:stream";
 import type { Logger } from "pino";
 import type { DenyList } from "../events/egress.js";
 import { callbackUrlProblem } from "../events/egress.js";
@@ -124,6 +125,28 @@ export const routeEventKey = (routeId: string, url: string) => `route:${routeId}
 const parseRoute = (text: string | null): RouteJson | null =>
   text === null ? null : (JSON.parse(text) as RouteJson);
 
+/**
+ * How the API shows a route Caddy holds in another form than the one the API answers with. While
+ * `active()` is false (no route Caddy holds needs it), the list passes Caddy's bytes through; while it is
+ * true, the list is parsed and every route goes through `show`.
+ */
+export interface RouteView {
+  active(): boolean;
+  /** The route as the API shows it; the route itself when it needs no change. */
+  show(route: RouteJson): RouteJson;
+}
+
+/** Runs a read of Caddy; Caddy unreachable or answering with an error is the API's 503. */
+async function proxied<T>(read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (err) {
+    if (err instanceof CaddyUnavailableError || err instanceof CaddyApiError)
+      throw new ApiError("proxy_unavailable", withoutPaths(err.message), { cause: err.message });
+    throw err;
+  }
+}
+
 export interface RouteServiceOptions {
   db: Db;
   writer: RouteWriter;
@@ -136,6 +159,8 @@ export interface RouteServiceOptions {
   streamCloseDelayMs: number;
   /** `grace_period` of Caddy's HTTP app (0: Caddy's eternal default, left alone). */
   gracePeriodMs: number;
+  /** How routes Caddy holds in another form are shown; absent: every route as Caddy holds it. */
+  display?: RouteView;
   log: Logger;
   metrics?: Metrics;
 }
@@ -318,14 +343,17 @@ export class RouteService {
     return this.o.operatorRouteId;
   }
 
-  async listText(): Promise<string> {
-    try {
-      return await this.o.writer.routesText();
-    } catch (err) {
-      if (err instanceof CaddyUnavailableError || err instanceof CaddyApiError)
-        throw new ApiError("proxy_unavailable", withoutPaths(err.message), { cause: err.message });
-      throw err;
-    }
+  /**
+   * The managed server's routes, read from Caddy now. While no route needs showing differently from how
+   * Caddy holds it (see RouteView), Caddy's bytes stream through untouched, neither held whole nor parsed.
+   */
+  async list(): Promise<Readable | string> {
+    const view = this.o.display;
+    return proxied(async () => {
+      if (!view?.active()) return this.o.writer.routesStream();
+      const routes = JSON.parse(await this.o.writer.routesText()) as RouteJson[];
+      return JSON.stringify(routes.map((r) => view.show(r)));
+    });
   }
 
   /** One route of the managed server, read from Caddy now. */
@@ -524,8 +552,9 @@ export class RouteService {
   }
 
   private async find(routeId: string): Promise<RouteJson | undefined> {
-    const routes = JSON.parse(await this.listText()) as RouteJson[];
-    return routes.find((r) => r["@id"] === routeId);
+    const route = await proxied(() => this.o.writer.route(routeId));
+    const view = this.o.display;
+    return route && view?.active() ? view.show(route) : route;
   }
 
   private view(r: ChangeRow): ChangeView {

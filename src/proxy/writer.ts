@@ -1,3 +1,4 @@
+import type { Readable } from "node:stream";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics/metrics.js";
 import { type CaddyAdmin, CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
@@ -66,12 +67,13 @@ interface Step {
  * The one writer of the managed server's routes. Changes queue up while a write is under way and the
  * next write takes all of them as one Caddy config change (Caddy reloads its whole config per change, so a
  * batch costs what one change costs); a change that arrives while the writer is idle goes at once. Every
- * write carries If-Match, is read back and verified, and is undone when it fails after Caddy may have changed.
+ * write carries If-Match, is verified by Caddy's answer to it (see CaddyRoutes.written), and is undone
+ * when it fails after Caddy may have changed.
  */
 export class RouteWriter {
   private readonly queue: Pending[] = [];
   private busy = false;
-  /** A change was verified by id only: the routes' new ETag still has to be read. */
+  /** A change was written: the routes' new ETag still has to be read. */
   private refreshDue = false;
   private idleWaiters: (() => void)[] = [];
   /** Work that needs the routes to itself (see `exclusive`), run between batches. */
@@ -126,6 +128,16 @@ export class RouteWriter {
   /** The managed server's routes, read from Caddy now (not queued behind changes), as Caddy's own JSON text. */
   routesText(): Promise<string> {
     return this.caddy.text();
+  }
+
+  /** The same as `routesText`, as Caddy's bytes passed on while they arrive. */
+  routesStream(): Promise<Readable | string> {
+    return this.caddy.stream();
+  }
+
+  /** One route of the managed server, read from Caddy now; undefined when it has none with that id. */
+  route(id: string): Promise<RouteJson | undefined> {
+    return this.caddy.route(id);
   }
 
   private async drain(): Promise<void> {
@@ -241,12 +253,11 @@ export class RouteWriter {
         continue;
       }
 
-      const check = await this.caddy.readBack(p);
-      // A check by id does not read the routes' new ETag; it is read once the answers are out, before the
-      // writer touches Caddy again.
-      if (check.byId) this.refreshDue = true;
-      if (check.problem !== undefined) this.failApplied(live, p, await this.restore(state, check.problem));
-      else this.settle(live, p);
+      // Verified by Caddy's answer (see CaddyRoutes.written). The routes' new ETag is read once the answers
+      // are out, before the writer touches Caddy again.
+      this.caddy.written(p);
+      this.refreshDue = true;
+      this.settle(live, p);
     }
   }
 

@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import fc from "fast-check";
 import { DenyList } from "../../src/events/egress.js";
 import { signWebhook } from "../../src/events/signing.js";
-import { insertionIndex, plan, type RouteJson } from "../../src/proxy/plan.js";
+import { insertionIndex, type Op, opId, plan, type RouteJson } from "../../src/proxy/plan.js";
 import { caddyDuration, withStreamCloseDelay } from "../../src/proxy/streams.js";
 
 test("placement: before catch-alls and covering wildcards, else appended", () => {
@@ -46,6 +47,62 @@ test("plan applies changes in arrival order, each against the result of the ones
   const prev = p.outcomes[3];
   assert.ok(prev?.ok);
   assert.deepEqual(prev.previous, mk("a", 1));
+});
+
+test("plan places and finds routes as one route-by-route scan would, duplicates, wildcards and catch-alls included", () => {
+  // The scan plan replaced (it tested every route's matchers for every create): the reference.
+  const reference = (current: RouteJson[], ops: Op[]) => {
+    const routes = [...current];
+    const outcomes: string[] = [];
+    for (const op of ops) {
+      const at = routes.findIndex((r) => r["@id"] === opId(op));
+      if (op.kind === "delete" || op.kind === "replace") {
+        if (at === -1) {
+          outcomes.push("not_found");
+          continue;
+        }
+        if (op.kind === "delete") routes.splice(at, 1);
+        else routes[at] = op.route;
+      } else if (at !== -1) {
+        if (op.kind === "create") {
+          outcomes.push("exists");
+          continue;
+        }
+        routes[at] = op.route;
+      } else routes.splice(insertionIndex(routes, op.route), 0, op.route);
+      outcomes.push("ok");
+    }
+    return { routes, outcomes };
+  };
+  const host = fc.constantFrom("a.t", "A.t", "b.t", "x.a.t", "*.a.t", "*.t", "c.t");
+  const route = fc
+    .record({
+      id: fc.constantFrom("a.t", "b.t", "c.t", "x.a.t", "*.a.t", "p"),
+      hosts: fc.option(fc.array(host, { minLength: 1, maxLength: 2 }), { nil: undefined }),
+      v: fc.nat(3),
+    })
+    .map(
+      ({ id, hosts, v }) =>
+        ({ "@id": id, ...(hosts ? { match: [{ host: hosts }] } : {}), v }) as RouteJson & { "@id": string },
+    );
+  const op: fc.Arbitrary<Op> = fc.oneof(
+    route.map((r) => ({ kind: "create" as const, route: r })),
+    route.map((r) => ({ kind: "put" as const, route: r })),
+    route.map((r) => ({ kind: "replace" as const, id: r["@id"], route: r })),
+    fc.constantFrom("a.t", "b.t", "p", "zz").map((id) => ({ kind: "delete" as const, id })),
+  );
+  fc.assert(
+    fc.property(fc.array(route, { maxLength: 8 }), fc.array(op, { maxLength: 8 }), (current, ops) => {
+      const p = plan(current, ops, new Set());
+      const want = reference(current, ops);
+      assert.deepEqual(
+        p.outcomes.map((o) => (o.ok ? "ok" : o.reason)),
+        want.outcomes,
+      );
+      assert.deepEqual(p.routes, want.routes);
+    }),
+    { numRuns: 3000 },
+  );
 });
 
 test("deny list matches ranges, IPv4-mapped IPv6 included", () => {
