@@ -85,6 +85,7 @@ cp .cache/caddy/usr/bin/caddy "$lib/caddy/caddy"
 echo "$(. scripts/caddy.env && echo "$CADDY_BIN_SHA256")  $lib/caddy/caddy" | sha256sum --check --status ||
   { echo "package: the Caddy binary does not match CADDY_BIN_SHA256 (scripts/caddy.env)" >&2; exit 1; }
 install -m 0644 packaging/caddy-bootstrap.json "$lib/caddy/bootstrap.json"
+install -m 0644 packaging/agent.env "$lib/agent.env"
 
 # The assembled agent loads in the bundled Node: every module of the app, the native addon, the CLI.
 "$node" --input-type=module -e "await import('$lib/dist/src/app.js')" ||

@@ -126,11 +126,17 @@ export class CaddyAdmin {
       });
       const timer = setTimeout(() => req.destroy(timeoutError(this.timeoutMs)), this.timeoutMs);
       req.on("response", (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
+        // Decoded chunk by chunk into one string (V8 joins the pieces when it is parsed), rather than
+        // joined into one Buffer first: at 20,000 routes that Buffer is 5 MB of native memory per read,
+        // which glibc keeps in the process after it is freed.
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (c: string) => {
+          text += c;
+        });
         res.on("end", () => {
           clearTimeout(timer);
-          resolve(responseOf(res, Buffer.concat(chunks).toString("utf8")));
+          resolve(responseOf(res, text));
         });
         res.on("error", (err) => {
           clearTimeout(timer);

@@ -1,4 +1,5 @@
 import { pipeline, type Readable, Transform } from "node:stream";
+import { collectWhenIdle } from "../util/idle-gc.js";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "./caddy-admin.js";
 import { canonicalJson, type Op, opId, type Plan, type RouteJson } from "./plan.js";
 
@@ -36,6 +37,13 @@ export interface CaddyRoutesOptions {
 
 /** Bytes up to which a routes answer Caddy sized is read whole rather than streamed. */
 const SMALL_ANSWER = 64 * 1024;
+
+/**
+ * How long routes parsed for the next change are kept after the last read; then only Caddy's text is (a
+ * third of their size in memory: 5 MB against 15 MB at 20,000 routes), parsed again by the next change
+ * (about 30 ms at 20,000 routes, against over a second for Caddy to apply a change there).
+ */
+const PARSED_KEPT_MS = 10_000;
 
 /** Connection errors that prove the request never reached Caddy. */
 const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
@@ -140,6 +148,7 @@ export class CaddyRoutes {
     this.reading = reading;
     const done = () => {
       if (this.reading === reading) this.reading = undefined;
+      collectWhenIdle();
     };
     reading.routes.then(done, done);
     return reading.routes;
@@ -177,7 +186,13 @@ export class CaddyRoutes {
     const cached = { text: res.text, etag: res.etag };
     this.cache = cached;
     setImmediate(() => {
-      if (this.cache === cached) this.cachedState();
+      if (this.cache !== cached) return;
+      const parsed = this.cachedState();
+      // Idle: the routes go back to their text; a change or read since then replaced the cache anyway.
+      setTimeout(() => {
+        if (parsed !== undefined && this.cache === parsed) this.cache = cached;
+        collectWhenIdle();
+      }, PARSED_KEPT_MS).unref();
     });
   }
 

@@ -1,0 +1,30 @@
+/**
+ * A full garbage collection once the agent has been idle a while after work that left large garbage (reads
+ * of thousands of routes: megabytes of text and parsed objects each). V8 collects only when code allocates,
+ * so an agent that goes quiet keeps whatever garbage its heap held at the last collection, tens of MB at
+ * 20,000 routes, for as long as it stays quiet. Node exposes the collector only with `--expose-gc` (in the
+ * agent's flags, packaging/agent.env); without it this does nothing.
+ */
+const gc = (
+  globalThis as {
+    gc?: (options: { type: "major"; execution: "sync"; flavor: "last-resort" }) => void;
+  }
+).gc;
+
+/** Quiet time after the last call before the collection runs. */
+const IDLE_MS = 5_000;
+
+let timer: NodeJS.Timeout | undefined;
+
+/** Asks for a collection once IDLE_MS pass without another call. */
+export function collectWhenIdle(): void {
+  if (gc === undefined) return;
+  if (timer) timer.refresh();
+  else
+    timer = setTimeout(() => {
+      timer = undefined;
+      // "last-resort": collections until nothing more is freed, and the freed pages go back to the system;
+      // a plain major collection frees them into V8's page pool, still resident (measured: 139 against 56 MB).
+      gc({ type: "major", execution: "sync", flavor: "last-resort" });
+    }, IDLE_MS).unref();
+}
