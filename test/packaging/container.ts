@@ -108,8 +108,12 @@ export class Container {
     });
   }
 
-  /** Boots `root` and resolves once its systemd reports the system running (or degraded). */
-  static async boot(root: string, timeoutMs = 60_000): Promise<Container> {
+  /**
+   * Boots `root` and resolves once its systemd reports the system running (or degraded). The wait is long:
+   * in the whole suite the boot shares two cores with the other test files and lintian, and once took
+   * over a minute.
+   */
+  static async boot(root: string, timeoutMs = 150_000): Promise<Container> {
     const nspawn = spawn(
       "systemd-nspawn",
       ["-q", "-D", root, "--register=no", "--keep-unit", "--private-network", "-b", "--console=pipe"],
