@@ -10,9 +10,15 @@ import { agentStatus, embeddedEnv, readyz, TOKEN } from "./support.js";
  * Kills the embedded Caddy by its PID and waits until the agent has another one ready; returns both PIDs
  * and, with `seeDown`, the 503 readyz answered in between (the window is the restart delay and Caddy's start).
  */
-async function killAndWaitForReturn(port: number, dataDir: string, seeDown = true) {
+async function killAndWaitForReturn(
+  agent: { port: number; log: () => string },
+  dataDir: string,
+  seeDown = true,
+) {
+  const port = agent.port;
   const before = caddyPid(dataDir);
   assert.ok(before !== undefined && alive(before), "a Caddy runs");
+  let lastReadyz = "nothing";
   const killedAt = Date.now();
   process.kill(before, "SIGKILL");
   const notReady = seeDown
@@ -27,9 +33,18 @@ async function killAndWaitForReturn(port: number, dataDir: string, seeDown = tru
     : undefined;
   await waitFor(
     "readyz to say 200 again",
-    async () => ((await readyz(port)).status === 200 ? true : undefined),
+    async () => {
+      const r = await readyz(port);
+      lastReadyz = JSON.stringify(r);
+      return r.status === 200 ? true : undefined;
+    },
     20_000,
-  );
+  ).catch((err: Error) => {
+    // What the supervisor did meanwhile is in the agent's log.
+    throw new Error(
+      `${err.message}; readyz last said: ${lastReadyz}\nagent log:\n${agent.log().slice(-4_000)}`,
+    );
+  });
   const downMs = Date.now() - killedAt;
   // Caddy may answer /readyz a moment before the agent's own wait for it has seen it answer.
   const after = await waitFor(
@@ -66,7 +81,7 @@ describe("the embedded Caddy is supervised", () => {
     assert.equal(ready.status, 200);
     assert.equal(ready.body.status, "ready");
 
-    const { after, notReady } = await killAndWaitForReturn(agent.port, dataDir);
+    const { after, notReady } = await killAndWaitForReturn(agent, dataDir);
     assert.ok(notReady);
     assert.equal(notReady.body.status, "not_ready");
     assert.equal(notReady.body.checks.database.status, "ok");
@@ -106,7 +121,7 @@ describe("the embedded Caddy is supervised", () => {
     assert.equal(s.caddy.adopted, true);
     assert.equal(s.caddy.pid, running, agent.log());
 
-    const { after } = await killAndWaitForReturn(agent.port, dataDir);
+    const { after } = await killAndWaitForReturn(agent, dataDir);
     await agent.waitForLog(`the embedded Caddy (pid ${running}) is gone; starting it again`, 5_000);
     s = await agentStatus(agent.port);
     assert.equal(s.caddy.pid, after);
@@ -121,7 +136,7 @@ describe("the embedded Caddy is supervised", () => {
     const agent = await startAgent(t, env);
     const delays = [base, 2 * base, 4 * base, 8 * base];
     for (const [i, delay] of delays.entries()) {
-      const { downMs } = await killAndWaitForReturn(agent.port, dataDir, false);
+      const { downMs } = await killAndWaitForReturn(agent, dataDir, false);
       assert.ok(downMs >= delay, `exit ${i + 1}: back after ${downMs} ms, before its delay of ${delay} ms`);
       const said = agent.log().match(/starting it again in (\d+) ms/g) ?? [];
       assert.deepEqual(
@@ -131,7 +146,7 @@ describe("the embedded Caddy is supervised", () => {
     }
     // Up for 64 times the base delay: the next exit is not one in a row.
     await new Promise((r) => setTimeout(r, 64 * base + 600));
-    await killAndWaitForReturn(agent.port, dataDir, false);
+    await killAndWaitForReturn(agent, dataDir, false);
     const said = agent.log().match(/starting it again in (\d+) ms/g) ?? [];
     assert.equal(said.at(-1), `starting it again in ${base} ms`);
     assert.equal((await agentStatus(agent.port)).caddy.restarts, 5);
