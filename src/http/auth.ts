@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Logger } from "pino";
+import { LOOPBACK } from "../util/cidrs.js";
 import { ApiError, type ProblemCode, problemCodes } from "./errors.js";
 import type { FailureLimiter } from "./rate-limit.js";
 import { derivedScopes, type Grant, missingScopes } from "./scopes.js";
@@ -55,7 +56,7 @@ export class AccessControl {
     // A remote address that has spent its budget is refused before its token is compared, so guessing
     // from it runs at the refill rate. The loopback is not: a local user sending bad tokens must not lock
     // the root CLI out, and a local guesser meets secrets it cannot read (the token file is 0600).
-    const exhausted = isLoopback(remote) ? undefined : this.limiter.exhausted(remote);
+    const exhausted = LOOPBACK.has(remote) ? undefined : this.limiter.exhausted(remote);
     if (exhausted !== undefined) {
       this.log.debug(
         { remote_address: remote, method: what.method, path },
@@ -91,12 +92,6 @@ function tooManyFailures(remote: string, retryAfter: number): ApiError {
     `too many failed authentications from ${remote}; try again in ${retryAfter} s`,
     { headers: { "retry-after": String(retryAfter) }, extensions: { retry_after_seconds: retryAfter } },
   );
-}
-
-/** 127.0.0.0/8, ::1 and their IPv4-mapped form. */
-function isLoopback(address: string): boolean {
-  const v4 = address.startsWith("::ffff:") ? address.slice(7) : address;
-  return v4.startsWith("127.") || address === "::1";
 }
 
 /** The 403 for a principal missing `missing` of the route's scopes. */

@@ -2,14 +2,14 @@ import { X509Certificate } from "node:crypto";
 import { type FSWatcher, readFileSync, statSync, watch } from "node:fs";
 import http from "node:http";
 import https from "node:https";
-import { isIP, type Socket } from "node:net";
+import type { Socket } from "node:net";
 import { dirname } from "node:path";
 import { createSecureContext, type SecureContextOptions } from "node:tls";
 import type { FastifyServerFactory, FastifyServerOptions } from "fastify";
 import type { Logger } from "pino";
 import { ConfigError } from "../config.js";
 import type { AppConfig } from "../settings.js";
-import { AddressSet } from "../util/cidrs.js";
+import { AddressSet, LOOPBACK } from "../util/cidrs.js";
 import { hostPort } from "../util/urls.js";
 import { listenerSettings } from "./settings.js";
 
@@ -18,8 +18,7 @@ type ListenerConfig = AppConfig["listener"];
 /** Whether a listen host reaches this host only: `localhost`, 127.0.0.0/8, `::1` (not the wildcards). */
 export function isLoopbackHost(host: string): boolean {
   if (host === "localhost") return true;
-  if (isIP(host) === 0) return false;
-  return new AddressSet(["127.0.0.0/8", "::1/128"]).has(host);
+  return LOOPBACK.has(host);
 }
 
 /**

@@ -39,3 +39,6 @@ export class AddressSet {
     return this.list.check(address, "ipv4");
   }
 }
+
+/** This host only: 127.0.0.0/8 and `::1` (IPv4-mapped forms included). */
+export const LOOPBACK = new AddressSet(["127.0.0.0/8", "::1/128"]);
