@@ -38,10 +38,9 @@ export class FailureLimiter {
    * nothing, so a request refused on it does not prolong its own wait.
    */
   exhausted(address: string): number | undefined {
-    const b = this.buckets.get(address);
-    if (b === undefined) return undefined;
-    const tokens = Math.min(this.opts.burst, b.tokens + (this.opts.now() - b.at) * this.perMs);
-    return tokens >= 1 ? undefined : this.wait({ tokens });
+    if (!this.buckets.has(address)) return undefined;
+    const b = this.refilled(address);
+    return b.tokens >= 1 ? undefined : this.wait(b);
   }
 
   private refilled(address: string): { tokens: number; at: number } {
