@@ -13,7 +13,7 @@ import { UpdateFailure } from "./failure.js";
  * the legacy form.
  */
 export interface TrustedKey {
-  /** The key id as minisign prints it (16 upper-case hex digits). */
+  /** The key id as minisign prints it (upper-case hex, without leading zeros). */
   id: string;
   key: KeyObject;
 }
@@ -21,8 +21,11 @@ export interface TrustedKey {
 /** DER prefix of an Ed25519 SubjectPublicKeyInfo; the 32 raw key bytes follow it. */
 const ED25519_SPKI_PREFIX = Buffer.from("302a300506032b6570032100", "hex");
 
-/** minisign prints a key id as the little-endian 64-bit number it stores, in hex. */
-const showKeyId = (id: Buffer) => Buffer.from(id).reverse().toString("hex").toUpperCase();
+/**
+ * minisign prints a key id as the little-endian 64-bit number it stores, in hex without leading zeros
+ * (`%" PRIX64`), as in the comment line of its `.pub` files.
+ */
+const showKeyId = (id: Buffer) => id.readBigUInt64LE(0).toString(16).toUpperCase();
 
 /** One minisign public key: its base64 line (what `minisign.pub` holds below its comment). */
 export function parseTrustedKey(line: string): TrustedKey {

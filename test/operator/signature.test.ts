@@ -4,6 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { parseTrustedKey } from "../../src/operator/minisign.js";
 import { loadConfig } from "../../src/settings.js";
 import { freePort } from "../../support/loopback.js";
 import { buildTestApp } from "../helpers/app.js";
@@ -105,7 +106,7 @@ test("signed operator artifacts: minisign signatures decide what runs", { timeou
       onHttps("1.0.0", { operator: v1, "operator.minisig": minisig });
       const s = await update("sig-1", "1.0.0", httpsSource);
       assert.equal(s.state, "completed", JSON.stringify(s.error));
-      const keyId = /public key ([0-9A-F]{16})/.exec(release.pub)?.[1];
+      const keyId = /public key ([0-9A-F]{1,16})$/m.exec(release.pub)?.[1];
       assert.deepEqual(s.signature, {
         key_id: keyId,
         signed_file: "operator",
@@ -208,6 +209,19 @@ test("HOSTKEEPER_OPERATOR_TRUSTED_KEYS: key lines or whole minisign.pub files; a
     );
     assert.throws(() => load("RWQnotakey"), /operatorTrustedKeys .*is not a minisign public key/);
     assert.throws(() => load(`${a.line},${a.line}`), /the same key id twice/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a key id is shown as minisign prints it: hex of its little-endian number, without leading zeros", () => {
+  const dir = mkdtempSync(join(tmpdir(), "hk-sig-id-"));
+  try {
+    const raw = Buffer.from(keypair(dir, "k").line, "base64");
+    // The id's most significant byte (stored last) made 0x0A: minisign prints 15 digits, not 16.
+    raw[9] = 0x0a;
+    const id = parseTrustedKey(raw.toString("base64")).id;
+    assert.match(id, /^A[0-9A-F]{14}$/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
