@@ -103,15 +103,25 @@ export class Container {
     /** PID (on this host) of the container's PID 1. */
     readonly pid: number,
   ) {
-    nspawn.stdout?.on("data", (d: Buffer) => {
+    this.keep(nspawn);
+  }
+
+  /**
+   * Reads the container's output as it comes, stdout and stderr alike: in `--console=pipe` the container's
+   * own processes (its systemd at boot) write to both, and a pipe nobody reads fills up and stops the
+   * writer, its PID 1 included.
+   */
+  private keep(nspawn: ChildProcess): void {
+    const add = (d: Buffer) => {
       this.console = (this.console + d.toString()).slice(-20_000);
-    });
+    };
+    nspawn.stdout?.on("data", add);
+    nspawn.stderr?.on("data", add);
   }
 
   /**
    * Boots `root` and resolves once its systemd reports the system running (or degraded). The wait is long:
-   * in the whole suite the boot shares two cores with the other test files and lintian, and once took
-   * over a minute.
+   * in the whole suite the boot shares two cores with the other test files and lintian.
    */
   static async boot(root: string, timeoutMs = 150_000): Promise<Container> {
     const nspawn = spawn(
