@@ -1,6 +1,8 @@
-import { readFileSync } from "node:fs";
 import type { Setting } from "./config.js";
 import type { AppConfig } from "./settings.js";
+import { fs } from "./util/node-builtins.js";
+
+const { readFileSync } = fs;
 
 /** Environment variables of the HOSTKEEPER_ prefix that are not settings but still the agent's. */
 const OTHER_KNOWN = ["HOSTKEEPER_CONFIG"];

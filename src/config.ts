@@ -1,4 +1,6 @@
-import { existsSync, readFileSync } from "node:fs";
+import { fs } from "./util/node-builtins.js";
+
+const { existsSync, readFileSync } = fs;
 
 /**
  * The setting mechanism. Every setting is declared once, beside its area (`<area>/settings.ts`; the agent's

@@ -1,6 +1,8 @@
-import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { fs } from "./util/node-builtins.js";
+
+const { existsSync, readFileSync } = fs;
 
 /** The project's root (the folder holding package.json), whether running from `src/` via tsx or from `dist/src/`. */
 export function projectRoot(): string {

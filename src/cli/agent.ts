@@ -1,4 +1,3 @@
-import http from "node:http";
 import https from "node:https";
 import type { ConnectionOptions } from "node:tls";
 import { type ConfigSource, settingInput } from "../config.js";
@@ -6,6 +5,7 @@ import { agentTlsOptions } from "../listener/client.js";
 import { packageVersion } from "../paths.js";
 import { type AppConfig, agentSettings, configSourceFromProcess, loadConfig } from "../settings.js";
 import { readSecret } from "../store/secrets.js";
+import { http } from "../util/node-builtins.js";
 import { hostPort } from "../util/urls.js";
 
 /** A command that ran and failed (exit code 1), said in one line. */

@@ -1,8 +1,8 @@
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
-import http from "node:http";
 import https from "node:https";
 import { isIP, type LookupFunction } from "node:net";
 import { AddressSet } from "../util/cidrs.js";
+import { http } from "../util/node-builtins.js";
 import { absoluteUrl, carriesCredentials } from "../util/urls.js";
 
 /** Address ranges a caller-supplied URL must never reach (cloud metadata, link-local, ...). */

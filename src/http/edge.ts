@@ -1,4 +1,3 @@
-import { type IncomingMessage, type ServerResponse, STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
 import type {
   FastifyError,
@@ -8,10 +7,14 @@ import type {
   FastifyServerOptions,
 } from "fastify";
 import FindMyWay from "find-my-way";
+import type { IncomingMessage, ServerResponse } from "../util/node-builtins.js";
+import { http } from "../util/node-builtins.js";
 import type { TokenCheck } from "./auth.js";
 import { ApiError, type ProblemCode, problemBody, sendProblem, toApiError } from "./errors.js";
 import { genReqId, REQUEST_ID_HEADER } from "./request-id.js";
 import type { Grant } from "./scopes.js";
+
+const { STATUS_CODES } = http;
 
 /**
  * Route parameters may be as long as a request line can be (Node caps the whole head at 16 KiB), so a

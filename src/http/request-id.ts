@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
-import type { IncomingMessage } from "node:http";
 import type { FastifyInstance } from "fastify";
+import type { IncomingMessage } from "../util/node-builtins.js";
 
 export const REQUEST_ID_HEADER = "x-request-id";
 export const MAX_REQUEST_ID_LENGTH = 128;

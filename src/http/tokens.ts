@@ -1,10 +1,13 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import { type FSWatcher, readFileSync, renameSync, statSync, watch, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import type { Logger } from "pino";
 import { generateToken } from "../store/secrets.js";
+import type { FSWatcher } from "../util/node-builtins.js";
+import { fs } from "../util/node-builtins.js";
 import { ApiError } from "./errors.js";
 import { type Grant, isGrant } from "./scopes.js";
+
+const { readFileSync, renameSync, statSync, watch, writeFileSync } = fs;
 
 /** The name of the agent's own token (`HOSTKEEPER_TOKEN` or `<data dir>/token`); the tokens file may not use it. */
 export const DEFAULT_TOKEN_NAME = "default";

@@ -1,7 +1,9 @@
 import { X509Certificate } from "node:crypto";
-import { readFileSync } from "node:fs";
 import type { ConnectionOptions } from "node:tls";
 import type { AppConfig } from "../settings.js";
+import { fs } from "../util/node-builtins.js";
+
+const { readFileSync } = fs;
 
 /**
  * How a client on this host (the CLI, the unit's health probe) speaks TLS to the agent its configuration

@@ -1,6 +1,4 @@
 import { X509Certificate } from "node:crypto";
-import { type FSWatcher, readFileSync, statSync, watch } from "node:fs";
-import http from "node:http";
 import https from "node:https";
 import type { Socket } from "node:net";
 import { dirname } from "node:path";
@@ -10,8 +8,12 @@ import type { Logger } from "pino";
 import { ConfigError } from "../config.js";
 import type { AppConfig } from "../settings.js";
 import { AddressSet, LOOPBACK } from "../util/cidrs.js";
+import type { FSWatcher, RequestListener, Server } from "../util/node-builtins.js";
+import { fs, http } from "../util/node-builtins.js";
 import { hostPort } from "../util/urls.js";
 import { listenerSettings } from "./settings.js";
+
+const { readFileSync, statSync, watch } = fs;
 
 type ListenerConfig = AppConfig["listener"];
 
@@ -109,7 +111,7 @@ export class Listener {
       this.initial = this.loadOrExplain(this.files);
     }
     this.allowed = c.allowedCidrs.length > 0 ? new AddressSet(c.allowedCidrs) : undefined;
-    this.factory = (handler, opts) => this.create(handler, opts) as http.Server;
+    this.factory = (handler, opts) => this.create(handler, opts) as Server;
   }
 
   /** `https` or `http`, for the start line. */
@@ -117,11 +119,11 @@ export class Listener {
     return this.files ? "https" : "http";
   }
 
-  private create(handler: http.RequestListener, opts: FastifyServerOptions): http.Server | https.Server {
+  private create(handler: RequestListener, opts: FastifyServerOptions): Server | https.Server {
     // What Fastify sets on a server it makes itself; Node would answer a missing Host itself, in plain text,
     // where the edge's hook answers it as a problem.
     const base = { requireHostHeader: false };
-    let server: http.Server | https.Server;
+    let server: Server | https.Server;
     if (this.files && this.initial) {
       const { options, cert } = this.initial;
       const clientCerts = this.files.clientCa !== undefined;

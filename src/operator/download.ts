@@ -1,10 +1,12 @@
 import { createHash } from "node:crypto";
-import { closeSync, createReadStream, fsyncSync, ftruncateSync, openSync, writeSync } from "node:fs";
-import http from "node:http";
 import https from "node:https";
 import { rootCertificates } from "node:tls";
+import type { IncomingHttpHeaders, IncomingMessage } from "../util/node-builtins.js";
+import { fs, http } from "../util/node-builtins.js";
 import { UpdateFailure } from "./failure.js";
 import type { ArtifactSource } from "./source.js";
+
+const { closeSync, createReadStream, fsyncSync, ftruncateSync, openSync, writeSync } = fs;
 
 export interface DownloaderOptions {
   source: ArtifactSource;
@@ -46,7 +48,7 @@ export function sleep(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 /** A validator the server promises stays the same for the same bytes: a strong ETag, else Last-Modified. */
-function strongValidator(headers: http.IncomingHttpHeaders): string | undefined {
+function strongValidator(headers: IncomingHttpHeaders): string | undefined {
   const etag = headers.etag;
   if (etag && !etag.startsWith("W/")) return etag;
   return headers["last-modified"];
@@ -166,7 +168,7 @@ export class Downloader {
    * which keeps the resume offset exact; a chunk is at most 64 KiB, written to the page cache.
    */
   private receive(
-    res: http.IncomingMessage,
+    res: IncomingMessage,
     fd: number,
     at: { done: number },
     progress: (done: number) => void,
@@ -244,7 +246,7 @@ export class Downloader {
     start: URL,
     extra: Record<string, string>,
     signal: AbortSignal,
-  ): Promise<http.IncomingMessage> {
+  ): Promise<IncomingMessage> {
     let url = start;
     for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
       const problem = this.o.source.schemeProblem(url);
@@ -258,7 +260,7 @@ export class Downloader {
     throw new UpdateFailure("download_failed", `more than ${MAX_REDIRECTS} redirects from ${start.origin}`);
   }
 
-  private get(url: URL, headers: Record<string, string>, signal: AbortSignal): Promise<http.IncomingMessage> {
+  private get(url: URL, headers: Record<string, string>, signal: AbortSignal): Promise<IncomingMessage> {
     return new Promise((resolve, reject) => {
       const options = { method: "GET", headers, agent: false as const, signal };
       const req =

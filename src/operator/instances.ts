@@ -1,12 +1,13 @@
 import { spawn } from "node:child_process";
-import { accessSync, closeSync, constants, mkdirSync, openSync } from "node:fs";
-import http from "node:http";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { CHILD_ENV, childEnv } from "../util/child-env.js";
+import { fs, http } from "../util/node-builtins.js";
 import { processStartTime, signalGroup } from "../util/processes.js";
 import { UpdateFailure } from "./failure.js";
 import type { ProcessRecord, Slot } from "./store.js";
+
+const { accessSync, closeSync, constants, mkdirSync, openSync } = fs;
 
 export function isRunning(p: { pid: number | null; proc_start: string | null }): boolean {
   return p.pid !== null && p.proc_start !== null && processStartTime(p.pid) === p.proc_start;

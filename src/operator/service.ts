@@ -1,5 +1,4 @@
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
@@ -11,6 +10,7 @@ import { canonicalJson } from "../proxy/plan.js";
 import type { RouteService } from "../proxy/service.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
+import { fs } from "../util/node-builtins.js";
 import { settledWithin } from "../util/timers.js";
 import { CrashMonitor } from "./crash-monitor.js";
 import { checksumFor, Downloader, hashFile, sleep } from "./download.js";
@@ -36,6 +36,8 @@ import type {
 import { Slots } from "./slots.js";
 import { ArtifactSource, sourceProblem } from "./source.js";
 import { OperatorStore, otherSlot, type Slot, type UpdateRow } from "./store.js";
+
+const { readFileSync } = fs;
 
 export interface OperatorServiceOptions {
   db: Db;

@@ -1,10 +1,16 @@
-import http from "node:http";
 import {
   type CaddyErrorReason,
   type CaddyRequestOutcome,
   type Metrics,
   secondsSince,
 } from "../metrics/metrics.js";
+import type {
+  ClientRequest,
+  IncomingHttpHeaders,
+  IncomingMessage,
+  RequestOptions,
+} from "../util/node-builtins.js";
+import { http } from "../util/node-builtins.js";
 import type { CaddyAdminAddress } from "./settings.js";
 
 /** Caddy's admin endpoint could not be reached or did not answer in time. */
@@ -44,19 +50,19 @@ export interface CaddyResponse {
 export interface CaddyStream {
   status: number;
   etag: string | undefined;
-  headers: http.IncomingHttpHeaders;
-  body: http.IncomingMessage;
+  headers: IncomingHttpHeaders;
+  body: IncomingMessage;
 }
 
 const outcomeOf = (status: number) =>
   `${Math.min(Math.max(Math.floor(status / 100), 2), 5)}xx` as CaddyRequestOutcome;
 
-const etagOf = (res: http.IncomingMessage) => {
+const etagOf = (res: IncomingMessage) => {
   const etag = res.headers.etag;
   return typeof etag === "string" ? etag : undefined;
 };
 
-const responseOf = (res: http.IncomingMessage, text: string): CaddyResponse => ({
+const responseOf = (res: IncomingMessage, text: string): CaddyResponse => ({
   status: res.statusCode ?? 0,
   etag: etagOf(res),
   text,
@@ -79,7 +85,7 @@ const RETRYABLE_READ = new Set(["ECONNRESET", "EPIPE", "ECONNREFUSED", "ENOENT"]
  * the admin server, and a write on a reused, half-closed socket could not be told apart from a lost write.
  */
 export class CaddyAdmin {
-  private readonly base: http.RequestOptions;
+  private readonly base: RequestOptions;
 
   constructor(
     readonly address: CaddyAdminAddress,
@@ -152,7 +158,7 @@ export class CaddyAdmin {
     path: string,
     opts: { body?: string; ifMatch?: string },
     fail: (err: CaddyUnavailableError) => void,
-  ): http.ClientRequest {
+  ): ClientRequest {
     const headers: Record<string, string> = { ...(this.base.headers as Record<string, string>) };
     if (opts.body !== undefined) {
       headers["content-type"] = "application/json";
@@ -181,7 +187,7 @@ export class CaddyAdmin {
     for (let i = 0; ; i++) {
       const started = process.hrtime.bigint();
       try {
-        const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+        const res = await new Promise<IncomingMessage>((resolve, reject) => {
           const req = this.send("GET", path, {}, reject);
           req.setTimeout(this.timeoutMs, () => req.destroy(timeoutError(this.timeoutMs)));
           req.on("response", resolve);

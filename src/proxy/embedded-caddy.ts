@@ -1,17 +1,8 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import {
-  closeSync,
-  existsSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  renameSync,
-  statSync,
-  writeFileSync,
-} from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { CHILD_ENV, childEnv } from "../util/child-env.js";
+import { fs } from "../util/node-builtins.js";
 import { processStartTime } from "../util/processes.js";
 import { settledWithin } from "../util/timers.js";
 import { hostPort } from "../util/urls.js";
@@ -27,6 +18,8 @@ import {
 } from "./listen-addresses.js";
 import { canonicalJson } from "./plan.js";
 import type { CaddyAdminAddress } from "./settings.js";
+
+const { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync } = fs;
 
 export interface EmbeddedCaddyOptions {
   dataDir: string;

@@ -1,5 +1,7 @@
-import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { createConnection, createServer, isIP } from "node:net";
+import { fs } from "../util/node-builtins.js";
+
+const { readdirSync, readFileSync, readlinkSync } = fs;
 
 /** One TCP address (one port) of a Caddy `listen` list. */
 export interface TcpAddress {

@@ -1,5 +1,7 @@
-import { mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { fs } from "../util/node-builtins.js";
+
+const { mkdirSync, rmSync, statSync, writeFileSync } = fs;
 
 /** The data dir cannot serve the agent; the message names HOSTKEEPER_DATA_DIR and the path. */
 export class DataDirError extends Error {

@@ -1,6 +1,8 @@
-import { chmodSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
+import { fs } from "../util/node-builtins.js";
+
+const { chmodSync, mkdirSync } = fs;
 
 export type Db = Database.Database;
 

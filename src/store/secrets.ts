@@ -1,6 +1,8 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { fs } from "../util/node-builtins.js";
+
+const { chmodSync, mkdirSync, readFileSync, writeFileSync } = fs;
 
 /**
  * The secret stored in `<dataDir>/<name>`, undefined when the file is absent or empty; other failures to read

@@ -1,16 +1,8 @@
-import {
-  chownSync,
-  existsSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import { CHILD_ENV, childEnv } from "../util/child-env.js";
+import { fs } from "../util/node-builtins.js";
 import { type ChangelogEntry, changelogAdvisories, readDebChangelog } from "./apt-changelog.js";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import type { LockHolder } from "./errors.js";
@@ -33,6 +25,8 @@ import {
   type UpgradeSteps,
   VERSION_TIMEOUT_MS,
 } from "./package-manager.js";
+
+const { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } = fs;
 
 export interface AptOptions {
   /** Environment of the agent; apt's variables are added to it. */

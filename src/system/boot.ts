@@ -1,6 +1,8 @@
-import { readFileSync } from "node:fs";
 import { uptime } from "node:os";
 import type { Db } from "../store/db.js";
+import { fs } from "../util/node-builtins.js";
+
+const { readFileSync } = fs;
 
 /** Where the agent reads which boot of the host it runs in, and the running kernel. */
 export interface BootSources {

@@ -1,6 +1,6 @@
-import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { CHILD_ENV, childEnv } from "../util/child-env.js";
+import { fs } from "../util/node-builtins.js";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import type { LockHolder } from "./errors.js";
 import {
@@ -23,6 +23,8 @@ import {
   type UpgradeSteps,
   VERSION_TIMEOUT_MS,
 } from "./package-manager.js";
+
+const { existsSync, readFileSync } = fs;
 
 export interface DnfOptions {
   /** Environment of the agent; dnf runs with it in the C locale. */

@@ -1,5 +1,8 @@
-import { type Dirent, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
+import type { Dirent } from "../util/node-builtins.js";
+import { fs } from "../util/node-builtins.js";
+
+const { readdirSync, statSync } = fs;
 
 export type UpdateType = "security" | "full";
 export type PackageManagerName = "apt" | "dnf" | "none";

@@ -1,11 +1,13 @@
-import { accessSync, constants, readFileSync } from "node:fs";
 import { delimiter, join } from "node:path";
 import type { Logger } from "pino";
 import type { AppConfig } from "../settings.js";
+import { fs } from "../util/node-builtins.js";
 import { AptPackageManager } from "./apt.js";
 import { DnfPackageManager } from "./dnf.js";
 import { CommandError } from "./errors.js";
 import type { PackageManager } from "./package-manager.js";
+
+const { accessSync, constants, readFileSync } = fs;
 
 const APT_FAMILY = ["debian", "ubuntu"];
 const DNF_FAMILY = ["rhel", "fedora", "centos", "almalinux", "rocky"];

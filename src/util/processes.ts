@@ -1,4 +1,6 @@
-import { readFileSync } from "node:fs";
+import { fs } from "./node-builtins.js";
+
+const { readFileSync } = fs;
 
 /**
  * Sends `signal` to the process group led by `pid` (a child started with `detached: true`), so what it

@@ -1,0 +1,26 @@
+/**
+ * `node:fs` and `node:http` for the agent's own modules, loaded with `require()` rather than `import`. An ESM
+ * import of a built-in module reads every one of its exports, and these two have exports Node loads only
+ * when read: `http.WebSocket` (and `CloseEvent`, `MessageEvent`) loads the bundled fetch implementation
+ * (undici, 760 KB of source), `fs.ReadStream` and `fs.promises` load file streams and readline. The agent
+ * uses none of them, and importing `node:http` alone took a bare Node 24 from 47 to 59 MB resident. Types
+ * are exported here too (type exports leave nothing at run time); biome.json refuses any other import of either
+ * module under src/.
+ */
+import { createRequire } from "node:module";
+
+const load = createRequire(import.meta.url);
+
+export const fs: typeof import("node:fs") = load("node:fs");
+export const http: typeof import("node:http") = load("node:http");
+
+export type { Dirent, FSWatcher } from "node:fs";
+export type {
+  ClientRequest,
+  IncomingHttpHeaders,
+  IncomingMessage,
+  RequestListener,
+  RequestOptions,
+  Server,
+  ServerResponse,
+} from "node:http";
