@@ -203,16 +203,14 @@ export class RouteWriter {
       const { state } = known;
       // A 404 or 409, or a change that changes nothing, never reaches Caddy, so no If-Match would catch a
       // stale cache: confirm it on a fresh read.
-      if (known.cached) {
-        const first = plan(state.routes, ops, elsewhere);
-        if (first.outcomes.some((o) => !o.ok) || changesNothing(first)) {
-          this.caddy.forget();
-          steps.unshift({ changes, mayRetry });
-          continue;
-        }
+      const first = plan(state.routes, ops, elsewhere, state.index);
+      if (known.cached && (first.outcomes.some((o) => !o.ok) || changesNothing(first))) {
+        this.caddy.forget();
+        steps.unshift({ changes, mayRetry });
+        continue;
       }
 
-      const { live, p } = await this.planAndPrepare(changes, state, elsewhere);
+      const { live, p } = await this.planAndPrepare(changes, state, elsewhere, first);
       // Every reload closes idle keep-alive connections (and, without stream_close_delay, streams): a
       // change that leaves every route as Caddy holds it is answered without one.
       if (p.applied.length === 0 || changesNothing(p)) {
@@ -261,19 +259,18 @@ export class RouteWriter {
     }
   }
 
-  /** Plans the changes and runs `prepare` for every one that will apply, until no prepare fails. */
+  /**
+   * Runs `prepare` for every change of plan `first` that will apply, and plans again without the changes
+   * whose prepare failed, until none fails.
+   */
   private async planAndPrepare(
     changes: Pending[],
     state: RoutesState,
     elsewhere: Set<string>,
+    first: Plan,
   ): Promise<{ live: Pending[]; p: Plan }> {
     let live = changes;
-    for (;;) {
-      const p = plan(
-        state.routes,
-        live.map((x) => x.req.op),
-        elsewhere,
-      );
+    for (let p = first; ; ) {
       const dropped: Pending[] = [];
       await Promise.all(
         live.map(async (pending, i) => {
@@ -297,6 +294,12 @@ export class RouteWriter {
       );
       if (dropped.length === 0) return { live, p };
       live = live.filter((x) => !dropped.includes(x));
+      p = plan(
+        state.routes,
+        live.map((x) => x.req.op),
+        elsewhere,
+        state.index,
+      );
     }
   }
 

@@ -79,11 +79,17 @@ test("plan places and finds routes as one route-by-route scan would, duplicates,
     .record({
       id: fc.constantFrom("a.t", "b.t", "c.t", "x.a.t", "*.a.t", "p"),
       hosts: fc.option(fc.array(host, { minLength: 1, maxLength: 2 }), { nil: undefined }),
+      // A second matcher set without a host matcher takes requests for any host, as no matcher sets do.
+      pathOnly: fc.boolean(),
       v: fc.nat(3),
     })
     .map(
-      ({ id, hosts, v }) =>
-        ({ "@id": id, ...(hosts ? { match: [{ host: hosts }] } : {}), v }) as RouteJson & { "@id": string },
+      ({ id, hosts, pathOnly, v }) =>
+        ({
+          "@id": id,
+          ...(hosts ? { match: [{ host: hosts }, ...(pathOnly ? [{ path: ["/p"] }] : [])] } : {}),
+          v,
+        }) as RouteJson & { "@id": string },
     );
   const op: fc.Arbitrary<Op> = fc.oneof(
     route.map((r) => ({ kind: "create" as const, route: r })),
