@@ -1,0 +1,51 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import pino from "pino";
+import type { RouteJson } from "../../src/proxy/plan.js";
+import { RouteWriter } from "../../src/proxy/writer.js";
+import { caddyMetric, startCaddy } from "../helpers/caddy.js";
+
+const ROUTES = "/config/apps/http/servers/srv0/routes";
+
+const route = (id: string): RouteJson & { "@id": string } => ({
+  "@id": id,
+  match: [{ host: [id] }],
+  handle: [{ handler: "reverse_proxy", upstreams: [{ dial: "127.0.0.1:9" }] }],
+});
+
+test("routes kept compressed while the agent is idle serve the next change without reading Caddy again", async (t) => {
+  const caddy = await startCaddy(t);
+  // More than the 64 KiB kept as plain text.
+  const loaded = Array.from({ length: 800 }, (_, i) => route(`load${i}.idle.test`));
+  await caddy.admin.write("PATCH", ROUTES, loaded);
+  const writer = new RouteWriter(caddy.admin, {
+    server: "srv0",
+    listen: ["127.0.0.1:0"],
+    log: pino({ level: "silent" }),
+    parsedKeptMs: 50,
+  });
+  const first = await writer.submit({ op: { kind: "create", route: route("a.idle.test") } });
+  assert.equal(first.ok, true);
+  await writer.whenIdle();
+  // The routes read after that change were parsed, kept 50 ms, and are now held compressed.
+  const cache = () => (writer as unknown as { caddy: { cache?: object } }).caddy.cache;
+  for (let i = 0; i < 100 && !(cache() && "deflated" in (cache() as object)); i++)
+    await new Promise((r) => setTimeout(r, 20));
+  assert.ok(cache() && "deflated" in (cache() as object), "the idle routes are held compressed");
+
+  // The next change plans on them: Caddy sees no read of the routes before the write (the one read after
+  // it fetches the new ETag), and the change lands where it would have on a fresh read.
+  const reads = () => caddyMetric(caddy.admin, "caddy_admin_http_requests_total", { method: "GET" });
+  const before = await reads();
+  const deleted = await writer.submit({ op: { kind: "delete", id: "load5.idle.test" } });
+  assert.equal(deleted.ok, true);
+  assert.deepEqual(deleted.ok && deleted.previous, loaded[5]);
+  await writer.whenIdle();
+  // GETs: the ETag read after the change, and the /metrics read of this line itself.
+  assert.equal((await reads()) - before, 2);
+  const now = JSON.parse((await caddy.admin.read(ROUTES)).text) as RouteJson[];
+  assert.deepEqual(
+    now.map((r) => r["@id"]),
+    [...loaded.filter((_, i) => i !== 5), route("a.idle.test")].map((r) => r["@id"]),
+  );
+});
