@@ -66,8 +66,9 @@ describe("help and version", () => {
     });
 
   test("serve --help never starts the agent", async (t) => {
-    const dataDir = join(mkdtempSync(join(tmpdir(), "hk-cli-serve-")), "data");
-    t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+    const parent = mkdtempSync(join(tmpdir(), "hk-cli-serve-"));
+    const dataDir = join(parent, "data");
+    t.after(() => rmSync(parent, { recursive: true, force: true }));
     const port = await freePort();
     const r = await runCli(["serve", "--help"], {
       HOSTKEEPER_LISTEN: `127.0.0.1:${port}`,
