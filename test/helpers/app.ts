@@ -34,25 +34,36 @@ export async function buildTestApp(
   opts: { dataDir?: string; now?: () => number } = {},
 ): Promise<TestApp> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "hk-data-"));
-  const config = loadConfig({
-    env: {
-      HOSTKEEPER_DATA_DIR: dataDir,
-      HOSTKEEPER_TOKEN: TEST_TOKEN,
-      HOSTKEEPER_WEBHOOK_SECRET: TEST_SECRET,
-      ...env,
-    },
+  const removeDataDir = () => {
+    if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+  };
+  let app: Awaited<ReturnType<typeof buildApp>>;
+  let config: ReturnType<typeof loadConfig>;
+  try {
+    config = loadConfig({
+      env: {
+        HOSTKEEPER_DATA_DIR: dataDir,
+        HOSTKEEPER_TOKEN: TEST_TOKEN,
+        HOSTKEEPER_WEBHOOK_SECRET: TEST_SECRET,
+        ...env,
+      },
+    });
+    const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
+    app = await buildApp({ config, logger, ...(opts.now ? { now: opts.now } : {}) });
+  } catch (err) {
+    // A start a test expects to fail leaves no data folder behind.
+    removeDataDir();
+    throw err;
+  }
+  t.after(async () => {
+    await app.close();
+    removeDataDir();
   });
-  const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
-  const app = await buildApp({ config, logger, ...(opts.now ? { now: opts.now } : {}) });
   await app.ready();
   // The start's own Caddy work (stream_close_delay on existing routes, grace_period) is done before a test
   // counts or intercepts writes.
   await app.services.routes.whenConformed();
   await app.services.writer.whenIdle();
-  t.after(async () => {
-    await app.close();
-    if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
-  });
   const call: TestApp["call"] = ({ method, url, payload, headers }) =>
     app.inject({
       method: method as "GET",
