@@ -204,7 +204,7 @@ test("HOSTKEEPER_LOG_FORMAT=pretty: lines for people, with ISO times", async (t)
 });
 
 /** A GET to the embedded Caddy's admin socket; Caddy logs each such request, its URI included. */
-const adminGet = (socketPath: string, path: string) =>
+const adminGetOnce = (socketPath: string, path: string) =>
   new Promise<void>((resolve, reject) => {
     // Caddy's error answer repeats the path in a header.
     const opts = { socketPath, path, method: "GET", headers: { host: "localhost" }, maxHeaderSize: 1 << 20 };
@@ -215,6 +215,23 @@ const adminGet = (socketPath: string, path: string) =>
     req.on("error", reject);
     req.end();
   });
+
+/**
+ * One admin request, sent again when the connection is reset: Caddy restarts its admin endpoint after a
+ * config change, and the agent's own changes at its start can land while the test sends (as the agent's
+ * reads retry them).
+ */
+async function adminGet(socketPath: string, path: string): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await adminGetOnce(socketPath, path);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (attempt >= 3 || (code !== "ECONNRESET" && code !== "EPIPE")) throw err;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
 
 test("the embedded Caddy rolls its log at the configured size and keeps the configured number", async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), "hk-logs-"));
