@@ -1,15 +1,16 @@
 /**
- * What the benchmark's scenarios share: a twin pair of real Caddy instances (one the agent drives, one for the
- * raw admin-API calls), the agent started exactly as `npm start` starts it, plain loopback requests, and
- * the statistics and table rows the report prints.
+ * What the benchmarks share: bare Caddy instances (the agent drives one; raw admin-API calls and the
+ * connection benchmarks use others), the agent started exactly as `npm start` starts it, plain loopback
+ * requests, what Caddy's `/metrics` says, and the statistics and table rows the report prints.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import { join } from "node:path";
 import { projectRoot } from "../src/paths.js";
 import { fetchedCaddyBinary } from "../src/proxy/settings.js";
 import { freePort, httpRequest } from "../support/loopback.js";
+import { metricSample } from "../support/prometheus.js";
 
 export const TOKEN = "bench-token-0123456789abcdef";
 export const UPSTREAM = "127.0.0.1:9";
@@ -31,15 +32,19 @@ export const expect = (r: Res, status: number, what: string) => {
   return r;
 };
 
-/** The route the agent writes for `writeBody(id)`, as a raw client would write it. */
-export const routeJson = (id: string) => ({
+/**
+ * A route as the agent writes it, as a raw client would write it: to `dial`, with `stream_close_delay` when
+ * given. `routeJson(id)` is the route the agent writes for `writeBody(id)`.
+ */
+export const routeJson = (id: string, dial = UPSTREAM, streamCloseDelay?: string) => ({
   "@id": id,
   match: [{ host: [id] }],
   handle: [
     {
       handler: "reverse_proxy",
-      upstreams: [{ dial: UPSTREAM }],
+      upstreams: [{ dial }],
       load_balancing: { selection_policy: { policy: "first" } },
+      ...(streamCloseDelay ? { stream_close_delay: streamCloseDelay } : {}),
     },
   ],
   terminal: true,
@@ -99,38 +104,106 @@ export function drainGet(port: number, path: string, headers: Record<string, str
 
 export interface BenchCaddy {
   adminPort: number;
+  httpPort: number;
+  /** The HTTPS port (HTTP/2 over TLS, internal issuer), when asked for. */
+  tlsPort: number | undefined;
   child: ChildProcess;
+  stop(): void;
 }
 
-/** A bare Caddy: admin on loopback TCP, nothing persisted, one empty server `srv0` on a loopback port. */
-export async function startCaddy(dir: string, name: string): Promise<BenchCaddy> {
+/**
+ * A bare Caddy: admin on loopback TCP, nothing persisted, one empty server `srv0` on a loopback port, plus a
+ * TLS port with Caddy's internal issuer for `tlsHost` when asked.
+ */
+export async function startCaddy(
+  dir: string,
+  name: string,
+  opts: { tlsHost?: string } = {},
+): Promise<BenchCaddy> {
   const adminPort = await freePort();
   const httpPort = await freePort();
-  const cfg = join(dir, `${name}.json`);
+  const tlsPort = opts.tlsHost ? await freePort() : undefined;
+  const home = join(dir, name);
+  mkdirSync(home, { recursive: true });
+  const srv0: Record<string, unknown> = {
+    listen: [`127.0.0.1:${httpPort}`],
+    automatic_https: { disable: true },
+    routes: [],
+  };
+  const httpApp: Record<string, unknown> = { servers: { srv0 } };
+  const apps: Record<string, unknown> = { http: httpApp };
+  if (opts.tlsHost && tlsPort) {
+    // One server on both ports: Caddy serves TLS (HTTP/2) on every listener but the app's http_port.
+    srv0.listen = [`127.0.0.1:${httpPort}`, `127.0.0.1:${tlsPort}`];
+    srv0.tls_connection_policies = [{}];
+    httpApp.http_port = httpPort;
+    httpApp.https_port = tlsPort;
+    apps.tls = {
+      certificates: { automate: [opts.tlsHost] },
+      automation: { policies: [{ subjects: [opts.tlsHost], issuers: [{ module: "internal" }] }] },
+    };
+    apps.pki = { certificate_authorities: { local: { install_trust: false } } };
+  }
+  const cfg = join(home, "config.json");
   writeFileSync(
     cfg,
-    JSON.stringify({
-      admin: { listen: `127.0.0.1:${adminPort}`, config: { persist: false } },
-      apps: {
-        http: {
-          servers: {
-            srv0: { listen: [`127.0.0.1:${httpPort}`], automatic_https: { disable: true }, routes: [] },
-          },
-        },
-      },
-    }),
+    JSON.stringify({ admin: { listen: `127.0.0.1:${adminPort}`, config: { persist: false } }, apps }),
   );
   const child = spawn(fetchedCaddyBinary, ["run", "--config", cfg], {
     stdio: "ignore",
     env: {
       ...process.env,
-      XDG_CONFIG_HOME: join(dir, name, "cfg"),
-      XDG_DATA_HOME: join(dir, name, "data"),
-      HOME: dir,
+      XDG_CONFIG_HOME: join(home, "cfg"),
+      XDG_DATA_HOME: join(home, "data"),
+      HOME: home,
     },
   });
-  await waitHttp(adminPort, "/config/", child);
-  return { adminPort, child };
+  const stop = () => {
+    if (child.pid && child.exitCode === null) process.kill(child.pid, "SIGKILL");
+  };
+  await waitHttp(adminPort, "/config/", child).catch((err: unknown) => {
+    stop();
+    throw err;
+  });
+  return { adminPort, httpPort, tlsPort, child, stop };
+}
+
+/**
+ * A request to Caddy's admin API, retried on a connection error: Caddy restarts its admin server after
+ * every config change, so the request after one can meet a reset. Only for idempotent requests.
+ */
+export async function admin(c: BenchCaddy, method: string, path: string, body?: unknown): Promise<Res> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await httpRequest(c.adminPort, method, path, { body });
+    } catch (err) {
+      if (attempt >= 5) throw err;
+      await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
+    }
+  }
+}
+
+/** A metric from Caddy's admin `/metrics`. */
+export async function caddyMetric(c: BenchCaddy, name: string, labels: Record<string, string> = {}) {
+  return metricSample((await admin(c, "GET", "/metrics")).body, name, labels);
+}
+
+export interface CaddyMemory {
+  /** Time of Caddy's last successful config load (seconds, fractional): a new value means a reload. */
+  lastReload: number;
+  heapInuseMb: number;
+  rssMb: number;
+  goroutines: number;
+}
+
+export async function caddyMemory(c: BenchCaddy): Promise<CaddyMemory> {
+  const text = (await admin(c, "GET", "/metrics")).body;
+  return {
+    lastReload: metricSample(text, "caddy_config_last_reload_success_timestamp_seconds"),
+    heapInuseMb: metricSample(text, "go_memstats_heap_inuse_bytes") / 2 ** 20,
+    rssMb: rssMb(c.child.pid as number),
+    goroutines: metricSample(text, "go_goroutines"),
+  };
 }
 
 export interface BenchAgent {
@@ -138,16 +211,25 @@ export interface BenchAgent {
   child: ChildProcess;
   call: (method: string, path: string, body?: unknown) => Promise<Res>;
   auth: Record<string, string>;
+  stop(): void;
 }
 
-/** The agent exactly as `npm start` runs it (scripts/start, the pinned Node, the same flags), on `caddy`. */
-export async function startAgent(dir: string, caddy: BenchCaddy, extraEnv: Record<string, string> = {}) {
+/**
+ * The agent of the checkout at `root` (this one by default; another to compare versions) exactly as its
+ * `npm start` runs it (scripts/start, the pinned Node, the same flags), on `caddy`, once it is ready.
+ */
+export async function startAgent(
+  dir: string,
+  caddy: Pick<BenchCaddy, "adminPort">,
+  opts: { root?: string; env?: Record<string, string> } = {},
+): Promise<BenchAgent> {
+  const root = opts.root ?? projectRoot();
   const port = await freePort();
-  const pkg = JSON.parse(readFileSync(join(projectRoot(), "package.json"), "utf8")) as {
+  const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as {
     scripts: { start: string };
   };
   const child = spawn("sh", ["-c", `exec ${pkg.scripts.start}`], {
-    cwd: projectRoot(),
+    cwd: root,
     stdio: ["ignore", "ignore", "inherit"],
     env: {
       PATH: process.env.PATH,
@@ -156,18 +238,18 @@ export async function startAgent(dir: string, caddy: BenchCaddy, extraEnv: Recor
       HOSTKEEPER_TOKEN: TOKEN,
       HOSTKEEPER_CADDY_ADMIN: `http://127.0.0.1:${caddy.adminPort}`,
       HOSTKEEPER_LOG_LEVEL: "warn",
-      ...extraEnv,
+      ...opts.env,
     },
   });
-  await waitHttp(port, "/healthz", child);
-  const auth = { authorization: `Bearer ${TOKEN}` };
-  const agent: BenchAgent = {
-    port,
-    child,
-    auth,
-    call: (method, path, body) => call(port, method, path, body, auth),
+  const stop = () => {
+    if (child.pid && child.exitCode === null) process.kill(child.pid, "SIGKILL");
   };
-  return agent;
+  await waitHttp(port, "/readyz", child).catch((err: unknown) => {
+    stop();
+    throw err;
+  });
+  const auth = { authorization: `Bearer ${TOKEN}` };
+  return { port, child, auth, stop, call: (method, path, body) => call(port, method, path, body, auth) };
 }
 
 export interface Row {

@@ -22,12 +22,12 @@ import { projectRoot } from "../src/paths.js";
 import {
   admin,
   type BenchCaddy,
-  benchRoute,
   caddyMetric,
+  routeJson,
   routesPath,
-  startBenchAgent,
-  startBenchCaddy,
-} from "./caddy.js";
+  startAgent,
+  startCaddy,
+} from "./harness.js";
 
 const ROUTES = Number(process.env.BENCH_KEEPALIVE_ROUTES ?? 1000);
 const CLIENTS = 4;
@@ -161,14 +161,14 @@ export async function keepAliveBench(): Promise<KeepAliveRow[]> {
   let caddy: BenchCaddy | undefined;
   let stopAgent: () => void = () => undefined;
   try {
-    caddy = await startBenchCaddy(dir, "ka", { tlsHost: HOST });
+    caddy = await startCaddy(dir, "ka", { tlsHost: HOST });
     const c = caddy;
     const base = Array.from({ length: ROUTES }, (_, i) =>
-      benchRoute(`load${i}.keepalive.test`, "127.0.0.1:9"),
+      routeJson(`load${i}.keepalive.test`, "127.0.0.1:9"),
     );
     const loaded = await admin(c, "PATCH", routesPath, base);
     if (loaded.status !== 200) throw new Error(`loading routes: ${loaded.status} ${loaded.body}`);
-    const agent = await startBenchAgent(dir, c, process.env.BENCH_AGENT_ROOT ?? projectRoot());
+    const agent = await startAgent(dir, c, { root: process.env.BENCH_AGENT_ROOT ?? projectRoot() });
     stopAgent = agent.stop;
     const call = agent.call;
     const body = (id: string, port: number) => ({ domain: id, upstreams: [{ dial: `127.0.0.1:${port}` }] });
@@ -285,9 +285,9 @@ export async function fileDialCost(
   const dial = `127.0.0.1:${(upstream.address() as AddressInfo).port}`;
   const file = join(dir, "upstream");
   writeFileSync(file, dial);
-  const caddy = await startBenchCaddy(dir, "file");
+  const caddy = await startCaddy(dir, "file");
   try {
-    const routes = [benchRoute("literal.file.test", dial), benchRoute("file.file.test", `{file.${file}}`)];
+    const routes = [routeJson("literal.file.test", dial), routeJson("file.file.test", `{file.${file}}`)];
     const r = await admin(caddy, "PATCH", routesPath, routes);
     if (r.status !== 200) throw new Error(`loading routes: ${r.status} ${r.body}`);
     const round = async (host: string) => {

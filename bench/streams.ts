@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connectWs, startEchoServer, type WsClient } from "../support/websocket.js";
-import { admin, type BenchCaddy, benchRoute, caddyMemory, routesPath, startBenchCaddy } from "./caddy.js";
+import { admin, type BenchCaddy, caddyMemory, routeJson, routesPath, startCaddy } from "./harness.js";
 
 const SIZES = (process.env.BENCH_STREAM_SIZES ?? "1000,20000").split(",").map(Number);
 const RELOADS = Number(process.env.BENCH_STREAM_RELOADS ?? 20);
@@ -34,11 +34,11 @@ export interface StreamRow {
 
 async function one(dir: string, size: number, delay: string): Promise<StreamRow> {
   const echo = await startEchoServer();
-  const caddy: BenchCaddy = await startBenchCaddy(dir, `streams-${size}-${delay}`);
+  const caddy: BenchCaddy = await startCaddy(dir, `streams-${size}-${delay}`);
   try {
     const dial = `127.0.0.1:${echo.port}`;
     const d = delay === "0" ? undefined : delay;
-    const routes = Array.from({ length: size }, (_, i) => benchRoute(`r${i}.streams.test`, dial, d));
+    const routes = Array.from({ length: size }, (_, i) => routeJson(`r${i}.streams.test`, dial, d));
     const load = await admin(caddy, "PATCH", routesPath, routes);
     if (load.status !== 200) throw new Error(`loading routes: ${load.status} ${load.body}`);
     await sleep(3000);
@@ -52,7 +52,7 @@ async function one(dir: string, size: number, delay: string): Promise<StreamRow>
         clients.push(ws);
       }
       // Route 0 is the one that changes: every reload replaces a config in which streams were opened.
-      const body = benchRoute("r0.streams.test", dial, d);
+      const body = routeJson("r0.streams.test", dial, d);
       const r = await admin(caddy, "PATCH", `${routesPath}/0`, { ...body, terminal: m % 2 !== 0 });
       if (r.status !== 200) throw new Error(`reload ${m}: ${r.status} ${r.body}`);
     }
