@@ -80,6 +80,22 @@ const brokenOff = (err: Error) =>
 const RETRYABLE_READ = new Set(["ECONNRESET", "EPIPE", "ECONNREFUSED", "ENOENT"]);
 
 /**
+ * Runs a read up to `attempts` times while it fails with a connection error that a read landing while Caddy
+ * restarts its admin server meets, waiting 25, 50, 100 ms between attempts.
+ */
+async function retried<T>(attempts: number, read: () => Promise<T>): Promise<T> {
+  for (let i = 0; ; i++) {
+    try {
+      return await read();
+    } catch (err) {
+      const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
+      if (!code || !RETRYABLE_READ.has(code) || i >= attempts - 1) throw err;
+      await new Promise((r) => setTimeout(r, 25 * 2 ** i));
+    }
+  }
+}
+
+/**
  * A client for Caddy's admin API over TCP or a unix socket. Uses node:http rather than fetch: fetch sends
  * `Sec-Fetch-Mode`, which Caddy >= 2.11 answers with 403. No keep-alive: every config change restarts
  * the admin server, and a write on a reused, half-closed socket could not be told apart from a lost write.
@@ -101,19 +117,26 @@ export class CaddyAdmin {
 
   /** One request. Throws CaddyUnavailableError when no answer came; returns any status Caddy answered. */
   raw(method: string, path: string, opts: { body?: string; ifMatch?: string } = {}): Promise<CaddyResponse> {
-    const started = process.hrtime.bigint();
-    return this.request(method, path, opts).then(
-      (res) => {
-        this.observe(method, started, outcomeOf(res.status));
-        return res;
-      },
-      (err: unknown) => {
-        this.observe(method, started, "error");
-        const reason = err instanceof CaddyUnavailableError ? err.reason : "unreachable";
-        this.metrics?.caddyAdminErrors.inc({ method, reason });
-        throw err;
-      },
+    return this.counted(
+      method,
+      () => this.request(method, path, opts),
+      (res) => res.status,
     );
+  }
+
+  /** Runs one request, counting its latency by outcome and its error by reason. */
+  private async counted<T>(method: string, run: () => Promise<T>, statusOf: (res: T) => number): Promise<T> {
+    const started = process.hrtime.bigint();
+    try {
+      const res = await run();
+      this.observe(method, started, outcomeOf(statusOf(res)));
+      return res;
+    } catch (err) {
+      this.observe(method, started, "error");
+      const reason = err instanceof CaddyUnavailableError ? err.reason : "unreachable";
+      this.metrics?.caddyAdminErrors.inc({ method, reason });
+      throw err;
+    }
   }
 
   private observe(method: string, started: bigint, outcome: CaddyRequestOutcome): void {
@@ -183,45 +206,28 @@ export class CaddyAdmin {
    * (the routes of a big server). Retried like `read` until the answer's head arrives. The head must come
    * within the time-out; after it, the body may pause that long at most (the stream then fails).
    */
-  async stream(path: string, attempts = 4): Promise<CaddyStream> {
-    for (let i = 0; ; i++) {
-      const started = process.hrtime.bigint();
-      try {
-        const res = await new Promise<IncomingMessage>((resolve, reject) => {
-          const req = this.send("GET", path, {}, reject);
-          req.setTimeout(this.timeoutMs, () => req.destroy(timeoutError(this.timeoutMs)));
-          req.on("response", resolve);
-        });
-        this.observe("GET", started, outcomeOf(res.statusCode ?? 0));
-        return { status: res.statusCode ?? 0, etag: etagOf(res), headers: res.headers, body: res };
-      } catch (err) {
-        this.observe("GET", started, "error");
-        const reason = err instanceof CaddyUnavailableError ? err.reason : "unreachable";
-        this.metrics?.caddyAdminErrors.inc({ method: "GET", reason });
-        const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
-        if (!code || !RETRYABLE_READ.has(code) || i >= attempts - 1) throw err;
-        await new Promise((r) => setTimeout(r, 25 * 2 ** i));
-      }
-    }
+  stream(path: string, attempts = 4): Promise<CaddyStream> {
+    return retried(attempts, async () => {
+      const res = await this.counted(
+        "GET",
+        () =>
+          new Promise<IncomingMessage>((resolve, reject) => {
+            const req = this.send("GET", path, {}, reject);
+            req.setTimeout(this.timeoutMs, () => req.destroy(timeoutError(this.timeoutMs)));
+            req.on("response", resolve);
+          }),
+        (r) => r.statusCode ?? 0,
+      );
+      return { status: res.statusCode ?? 0, etag: etagOf(res), headers: res.headers, body: res };
+    });
   }
 
   /**
    * A read, retried a bounded number of times on connection errors: reads that land while Caddy restarts
    * its admin server after a config change see a reset.
    */
-  async read(path: string, attempts = 4): Promise<CaddyResponse> {
-    let last: unknown;
-    for (let i = 0; i < attempts; i++) {
-      try {
-        return await this.raw("GET", path);
-      } catch (err) {
-        last = err;
-        const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
-        if (!code || !RETRYABLE_READ.has(code) || i === attempts - 1) break;
-        await new Promise((r) => setTimeout(r, 25 * 2 ** i));
-      }
-    }
-    throw last;
+  read(path: string, attempts = 4): Promise<CaddyResponse> {
+    return retried(attempts, () => this.raw("GET", path));
   }
 
   /** A write; any non-2xx answer becomes a CaddyApiError carrying Caddy's message. */
