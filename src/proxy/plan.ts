@@ -123,7 +123,7 @@ const anyHostSet = (set: { host?: string[] }) =>
 function mayShadow(route: RouteJson, hosts: ReadonlySet<string>): boolean {
   if (!Array.isArray(route.match) || route.match.length === 0) return true;
   return route.match.some(
-    (set) => !Array.isArray(set.host) || set.host.some((h) => h.includes("*") || hosts.has(h.toLowerCase())),
+    (set) => anyHostSet(set) || (set.host as string[]).some((h) => hosts.has(h.toLowerCase())),
   );
 }
 
