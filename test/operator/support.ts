@@ -9,7 +9,7 @@ import { projectRoot } from "../../src/paths.js";
 import { processStartTime } from "../../src/util/processes.js";
 import type { TestApp } from "../helpers/app.js";
 import type { HostedFile } from "../helpers/artifact-servers.js";
-import { type ReceivedWebhook, viaProxy } from "../helpers/http.js";
+import { proxyRequest, type ReceivedWebhook } from "../helpers/http.js";
 import { waitFor } from "../helpers/wait.js";
 
 type After = { after: (fn: () => unknown) => void };
@@ -106,7 +106,7 @@ export function startLoad(port: number, host: string, workers = 4) {
   const results: { status: number; body: string; at: number }[] = [];
   const loops = Array.from({ length: workers }, async (_, i) => {
     while (running) {
-      const r = await viaProxy(port, host, "/", i % 2 === 0 ? false : keepAlive).catch((err: Error) => ({
+      const r = await proxyRequest(port, host, "/", i % 2 === 0 ? false : keepAlive).catch((err: Error) => ({
         status: 0,
         body: err.message,
       }));
