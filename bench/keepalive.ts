@@ -5,14 +5,18 @@
  * through route A the whole time:
  *   - HTTP/1.1, Node's http.Agent with keepAlive, no retry (most webhook senders, Node's own clients);
  *   - HTTP/1.1, the same, retrying a GET once when it failed on a reused connection (browsers, Go);
- *   - HTTP/2 over TLS (Caddy's internal issuer), a new session once the old one got GOAWAY, no retry.
+ *   - HTTP/2 over TLS (Caddy's internal issuer), a new session once the old one got GOAWAY, no retry;
+ *   - HTTP/1.1 on a new connection for each request, no retry (clients that keep no connection open). A
+ *     reload binds a new listening socket beside the old one (SO_REUSEPORT); a connection the kernel queued
+ *     on the old socket is reset when Caddy closes it, unless net.ipv4.tcp_migrate_req (printed with the
+ *     table) moves it to the new one.
  * Phases: 100 sequential creates, 100 sequential replaces that change nothing, 100 sequential replaces
  * that change only the upstream address, 100 concurrent deletes (one burst, which the writer groups).
  * Run: `npm run build && scripts/node dist/bench/keepalive.js`, or `npm run bench -- --keepalive`.
  * BENCH_KEEPALIVE_ROUTES: routes loaded before (default 1000). BENCH_AGENT_ROOT: a checkout whose built
  * agent to run (to compare with another version).
  */
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
@@ -48,9 +52,9 @@ const fail = (s: Stats, err: unknown) => {
   s.reasons[why] = (s.reasons[why] ?? 0) + 1;
 };
 
-type Kind = "h1" | "h1-retry" | "h2" | "h2-retry";
+type Kind = "h1" | "h1-retry" | "h2" | "h2-retry" | "h1-new";
 
-function h1Get(port: number, agent: http.Agent, host = HOST): Promise<void> {
+function h1Get(port: number, agent: http.Agent | false, host = HOST): Promise<void> {
   return new Promise((resolve, reject) => {
     const req = http.get({ host: "127.0.0.1", port, path: "/", agent, headers: { host } }, (res) => {
       res.resume();
@@ -81,6 +85,18 @@ async function h1Client(port: number, retry: boolean, stats: () => Stats, runnin
     }
   }
   agent.destroy();
+}
+
+/** A new connection for each request. */
+async function h1NewClient(port: number, stats: () => Stats, running: () => boolean) {
+  while (running()) {
+    try {
+      await h1Get(port, false);
+      stats().ok++;
+    } catch (err) {
+      fail(stats(), err);
+    }
+  }
 }
 
 /** A stream the server refused before processing it (RFC 9113 8.7): safe to send again, as browsers do. */
@@ -210,7 +226,13 @@ export async function keepAliveBench(): Promise<KeepAliveRow[]> {
 
     const rows: KeepAliveRow[] = [];
     for (const [phase, run] of phases) {
-      const results: Record<Kind, Stats> = { h1: zero(), "h1-retry": zero(), h2: zero(), "h2-retry": zero() };
+      const results: Record<Kind, Stats> = {
+        h1: zero(),
+        "h1-retry": zero(),
+        h2: zero(),
+        "h2-retry": zero(),
+        "h1-new": zero(),
+      };
       let running = true;
       const clients: Promise<void>[] = [];
       for (let i = 0; i < CLIENTS; i++) {
@@ -245,6 +267,13 @@ export async function keepAliveBench(): Promise<KeepAliveRow[]> {
             ca,
             true,
             () => results["h2-retry"],
+            () => running,
+          ),
+        );
+        clients.push(
+          h1NewClient(
+            c.httpPort,
+            () => results["h1-new"],
             () => running,
           ),
         );
@@ -327,6 +356,15 @@ async function adminWrites(c: BenchCaddy): Promise<number> {
   return n;
 }
 
+/** The kernel's setting for connections queued on a closing SO_REUSEPORT socket, in this network namespace. */
+function migrateReq(): string {
+  try {
+    return readFileSync("/proc/sys/net/ipv4/tcp_migrate_req", "utf8").trim();
+  } catch {
+    return "unknown";
+  }
+}
+
 export function keepAliveTable(rows: KeepAliveRow[]): string {
   const why = (s: Stats) =>
     Object.entries(s.reasons)
@@ -335,11 +373,13 @@ export function keepAliveTable(rows: KeepAliveRow[]): string {
   const cell = (s: Stats, retry = false) =>
     `${s.failed} / ${s.ok + s.failed}${retry ? `, ${s.retried} retried` : ""}${s.failed > 0 ? ` (${why(s)})` : ""}`;
   return [
-    "| phase (other routes changing) | routes | Caddy config writes | HTTP/1.1 no retry: failed / sent | HTTP/1.1 retrying: failed / sent | HTTP/2 TLS no retry: failed / sent | HTTP/2 TLS retrying refused streams: failed / sent |",
-    "|---|---|---|---|---|---|---|",
+    `net.ipv4.tcp_migrate_req: ${migrateReq()}`,
+    "",
+    "| phase (other routes changing) | routes | Caddy config writes | HTTP/1.1 no retry: failed / sent | HTTP/1.1 retrying: failed / sent | HTTP/2 TLS no retry: failed / sent | HTTP/2 TLS retrying refused streams: failed / sent | HTTP/1.1 new connection each: failed / sent |",
+    "|---|---|---|---|---|---|---|---|",
     ...rows.map(
       (r) =>
-        `| ${r.phase} | ${r.routes} | ${r.adminWrites} | ${cell(r.results.h1)} | ${cell(r.results["h1-retry"], true)} | ${cell(r.results.h2)} | ${cell(r.results["h2-retry"], true)} |`,
+        `| ${r.phase} | ${r.routes} | ${r.adminWrites} | ${cell(r.results.h1)} | ${cell(r.results["h1-retry"], true)} | ${cell(r.results.h2)} | ${cell(r.results["h2-retry"], true)} | ${cell(r.results["h1-new"])} |`,
     ),
   ].join("\n");
 }
