@@ -38,7 +38,7 @@ bash scripts/fetch-caddy.sh >&2
 # The tree both packages install: / is $stage. Units are added per package (their folder differs).
 stage="$work/stage"
 lib="$stage/usr/lib/hostkeeper"
-mkdir -p "$lib" "$stage/usr/bin" "$stage/usr/lib/sysusers.d" "$stage/etc/hostkeeper" "$stage/usr/share/doc/hostkeeper"
+mkdir -p "$lib" "$stage/usr/bin" "$stage/usr/lib/sysusers.d" "$stage/usr/lib/sysctl.d" "$stage/etc/hostkeeper" "$stage/usr/share/doc/hostkeeper"
 
 say "compiling the agent"
 "$node" node_modules/typescript/bin/tsc -p tsconfig.package.json --outDir "$lib/dist"
@@ -94,6 +94,7 @@ install -m 0644 packaging/agent.env "$lib/agent.env"
 
 install -m 0755 packaging/hostkeeper.sh "$stage/usr/bin/hostkeeper"
 install -m 0644 packaging/sysusers.conf "$stage/usr/lib/sysusers.d/hostkeeper.conf"
+install -m 0644 packaging/sysctl.conf "$stage/usr/lib/sysctl.d/60-hostkeeper.conf"
 install -m 0644 packaging/config.json "$stage/etc/hostkeeper/config.json"
 mkdir -p "$stage/usr/share/man/man1"
 gzip -9n <packaging/hostkeeper.1 >"$stage/usr/share/man/man1/hostkeeper.1.gz"

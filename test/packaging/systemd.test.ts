@@ -26,6 +26,8 @@ const ROUTE = "app.localhost";
 /** A request to the route through Caddy on the container's loopback. */
 const CURL = `curl -s --max-time 5 -H 'Host: ${ROUTE}' http://127.0.0.1/`;
 const OPERATOR = "operator.localhost";
+/** The kernel setting the packages' sysctl file sets, in the container's own network namespace. */
+const MIGRATE_REQ = "/proc/sys/net/ipv4/tcp_migrate_req";
 const CURL_OPERATOR = `curl -s --max-time 5 -H 'Host: ${OPERATOR}' http://127.0.0.1/`;
 /** An operator release: a script running the bundled Node as an HTTP server on $PORT, healthy at /health. */
 const OPERATOR_ARTIFACT = `#!/bin/sh
@@ -169,6 +171,9 @@ describe("packages", () => {
       assert.notEqual((await c().exec(["curl", "-s", "http://127.0.0.1:2019/config/"])).code, 0);
       // The agent uses that Caddy and started none of its own (the embedded one would live here).
       assert.notEqual((await c().exec(["test", "-e", "/var/lib/hostkeeper/caddy"])).code, 0);
+      // The container's network namespace started with the kernel's default (0); the install applied the
+      // package's sysctl file.
+      assert.equal((await c().ok(["cat", MIGRATE_REQ])).trim(), "1");
     });
 
     test("hostkeeper --version", async () => {
@@ -382,11 +387,14 @@ describe("packages", () => {
 
   describe("the RPM under systemd (rpm on the same Debian container, --nodeps)", () => {
     test("rpm -i enables and starts both units, and picks up the routes Caddy kept", async () => {
+      // Back to the kernel's default, which the .deb's install had changed: the RPM's install sets it again.
+      await c().ok(["sh", "-c", `echo 0 > ${MIGRATE_REQ}`]);
       await c().ok(["rpm", "-i", "--nodeps", `/var/tmp/${basename(built.rpm)}`], { timeoutMs: 120_000 });
       const units = ["hostkeeper.service", "hostkeeper-caddy.service"];
       assert.equal((await c().ok(["systemctl", "is-active", ...units])).trim(), "active\nactive");
       assert.equal((await c().ok(["systemctl", "is-enabled", ...units])).trim(), "enabled\nenabled");
       assert.equal((await c().ok(["hostkeeper", "--version"])).trim(), `hostkeeper ${version}`);
+      assert.equal((await c().ok(["cat", MIGRATE_REQ])).trim(), "1");
       await waitFor("the route answers", 15_000, async () =>
         (await c().sh(CURL)) === "backend ok" ? true : undefined,
       );
@@ -448,6 +456,7 @@ describe("packages", () => {
         "usr/lib/systemd/system/hostkeeper.service",
         "usr/lib/systemd/system/hostkeeper-caddy.service",
         "usr/lib/sysusers.d/hostkeeper.conf",
+        "usr/lib/sysctl.d/60-hostkeeper.conf",
         "etc/hostkeeper/config.json",
         "usr/lib/hostkeeper/caddy/caddy",
       ])
