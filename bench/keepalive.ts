@@ -66,8 +66,18 @@ function h1Get(port: number, agent: http.Agent | false, host = HOST): Promise<vo
   });
 }
 
-async function h1Client(port: number, retry: boolean, stats: () => Stats, running: () => boolean) {
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+/**
+ * Requests back to back on one kept-alive connection, or on a new connection each (`keepAlive` false, where
+ * no failure is on a reused connection, so none is retried).
+ */
+async function h1Client(
+  port: number,
+  retry: boolean,
+  stats: () => Stats,
+  running: () => boolean,
+  keepAlive = true,
+) {
+  const agent = keepAlive ? new http.Agent({ keepAlive: true, maxSockets: 1 }) : false;
   while (running()) {
     try {
       await h1Get(port, agent);
@@ -84,19 +94,7 @@ async function h1Client(port: number, retry: boolean, stats: () => Stats, runnin
       } else fail(stats(), err);
     }
   }
-  agent.destroy();
-}
-
-/** A new connection for each request. */
-async function h1NewClient(port: number, stats: () => Stats, running: () => boolean) {
-  while (running()) {
-    try {
-      await h1Get(port, false);
-      stats().ok++;
-    } catch (err) {
-      fail(stats(), err);
-    }
-  }
+  if (agent) agent.destroy();
 }
 
 /** A stream the server refused before processing it (RFC 9113 8.7): safe to send again, as browsers do. */
@@ -271,10 +269,12 @@ export async function keepAliveBench(): Promise<KeepAliveRow[]> {
           ),
         );
         clients.push(
-          h1NewClient(
+          h1Client(
             c.httpPort,
+            false,
             () => results["h1-new"],
             () => running,
+            false,
           ),
         );
       }
