@@ -1,5 +1,7 @@
 import type { AgentStatus, Readiness } from "../health/schemas.js";
 import { packageVersion } from "../paths.js";
+import { plural } from "../util/text.js";
+import { sleep } from "../util/timers.js";
 import { hostPort } from "../util/urls.js";
 import {
   type AgentAnswer,
@@ -83,7 +85,7 @@ export async function waitForAgent(client: AgentClient, ms: number): Promise<voi
     }
     const left = deadline - Date.now();
     if (left <= 0) return;
-    await new Promise((r) => setTimeout(r, Math.min(200, left)));
+    await sleep(Math.min(200, left));
   }
 }
 
@@ -99,8 +101,6 @@ function readinessOf(r: StatusReport): Readiness | undefined {
 
 /** Healthy: the agent answers and is ready (its database, Caddy's admin API and the listeners answer). */
 export const healthy = (r: StatusReport) => readinessOf(r)?.status === "ready";
-
-const plural = (n: number, one: string) => `${n} ${one}${n === 1 ? "" : "s"}`;
 
 function duration(seconds: number): string {
   const d = Math.floor(seconds / 86_400);

@@ -1,4 +1,6 @@
 import type { FastifyError, FastifyReply } from "fastify";
+import { InvalidInputError } from "../util/invalid-input.js";
+import { plural } from "../util/text.js";
 
 /**
  * The closed set of problem codes the API answers with. Each has one status and one title; the code also
@@ -116,7 +118,6 @@ interface AjvError {
   params?: Record<string, unknown>;
 }
 
-const plural = (n: unknown, one: string) => `${n} ${one}${n === 1 ? "" : "s"}`;
 const typeNames: Record<string, string> = {
   string: "a string",
   integer: "an integer",
@@ -140,17 +141,17 @@ function keywordMessage(v: AjvError): string {
       return `must be ${types.map((t) => typeNames[t] ?? t).join(" or ")}`;
     }
     case "minLength":
-      return `must be at least ${plural(p.limit, "character")} long`;
+      return `must be at least ${plural(Number(p.limit), "character")} long`;
     case "maxLength":
-      return `must be at most ${plural(p.limit, "character")} long`;
+      return `must be at most ${plural(Number(p.limit), "character")} long`;
     case "minimum":
       return `must be at least ${p.limit}`;
     case "maximum":
       return `must be at most ${p.limit}`;
     case "minItems":
-      return `must have at least ${plural(p.limit, "item")}`;
+      return `must have at least ${plural(Number(p.limit), "item")}`;
     case "maxItems":
-      return `must have at most ${plural(p.limit, "item")}`;
+      return `must have at most ${plural(Number(p.limit), "item")}`;
     case "pattern":
       return "has characters or a form the field does not allow (see its description)";
     case "required":
@@ -228,6 +229,11 @@ export function withoutPaths(text: string): string {
 /** Maps anything thrown in a request to a problem; unknown errors are logged with their stack and never shown. */
 export function toApiError(err: FastifyError | Error): { apiError: ApiError; unexpected: boolean } {
   if (err instanceof ApiError) return { apiError: err, unexpected: false };
+  if (err instanceof InvalidInputError)
+    return {
+      apiError: validationFailed(err.issues.map((i) => ({ field: `body.${i.field}`, message: i.message }))),
+      unexpected: false,
+    };
   const fe = err as FastifyError & { validation?: AjvError[]; validationContext?: string };
   if (Array.isArray(fe.validation)) {
     return {

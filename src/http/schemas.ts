@@ -1,4 +1,4 @@
-import { type SchemaOptions, type TString, Type } from "@sinclair/typebox";
+import { type SchemaOptions, type Static, type TSchema, type TString, Type } from "@sinclair/typebox";
 import { type ProblemCode, problemCodes } from "./errors.js";
 
 export const FieldErrorSchema = Type.Object(
@@ -55,4 +55,12 @@ export function StringEnum<const V extends readonly string[]>(values: V, options
  */
 export function NullableString(schema: TString) {
   return Type.Unsafe<string | null>({ ...schema, type: ["string", "null"] });
+}
+
+/**
+ * A `$ref` to `schema` (registered with the app under its `$id`) that keeps the schema's static type, so
+ * request types come from the schemas alone (`Static<typeof X>`) while the OpenAPI document names the shape.
+ */
+export function RefTo<T extends TSchema & { $id: string }>(schema: T) {
+  return Type.Unsafe<Static<T>>(Type.Ref(schema.$id));
 }

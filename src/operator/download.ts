@@ -3,6 +3,7 @@ import https from "node:https";
 import { rootCertificates } from "node:tls";
 import type { IncomingHttpHeaders, IncomingMessage } from "../util/node-builtins.js";
 import { fs, http } from "../util/node-builtins.js";
+import { sleep } from "../util/timers.js";
 import { UpdateFailure } from "./failure.js";
 import type { ArtifactSource } from "./source.js";
 
@@ -29,22 +30,6 @@ function statusFailure(status: number, url: URL): UpdateFailure {
   if (status === 404) return new UpdateFailure("artifact_not_found", `${where} answered 404`);
   const retryable = status === 408 || status === 429 || status >= 500;
   return new UpdateFailure("download_failed", `${where} answered ${status}`, retryable);
-}
-
-/** Waits `ms`, or rejects with the signal's reason as soon as it aborts. */
-export function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason);
-    const timer = setTimeout(() => {
-      signal.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    signal.addEventListener("abort", onAbort, { once: true });
-  });
 }
 
 /** A validator the server promises stays the same for the same bytes: a strong ETag, else Last-Modified. */

@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { fs, http } from "../util/node-builtins.js";
 import { processStartTime, signalGroup } from "../util/processes.js";
+import { sleep } from "../util/timers.js";
 import { UpdateFailure } from "./failure.js";
 import type { ProcessRecord, Slot } from "./store.js";
 
@@ -98,7 +99,7 @@ async function waitGone(p: { pid: number | null; proc_start: string | null }, ms
   const end = Date.now() + ms;
   while (isRunning(p)) {
     if (Date.now() >= end) return false;
-    await new Promise((r) => setTimeout(r, 25));
+    await sleep(25);
   }
   return true;
 }

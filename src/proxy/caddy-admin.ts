@@ -11,6 +11,7 @@ import type {
   RequestOptions,
 } from "../util/node-builtins.js";
 import { http } from "../util/node-builtins.js";
+import { sleep } from "../util/timers.js";
 import type { CaddyAdminAddress } from "./settings.js";
 
 /** Caddy's admin endpoint could not be reached or did not answer in time. */
@@ -90,7 +91,7 @@ async function retried<T>(attempts: number, read: () => Promise<T>): Promise<T> 
     } catch (err) {
       const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
       if (!code || !RETRYABLE_READ.has(code) || i >= attempts - 1) throw err;
-      await new Promise((r) => setTimeout(r, 25 * 2 ** i));
+      await sleep(25 * 2 ** i);
     }
   }
 }

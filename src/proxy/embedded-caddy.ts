@@ -1,10 +1,11 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { canonicalJson } from "../util/canonical-json.js";
 import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { fs } from "../util/node-builtins.js";
 import { processStartTime } from "../util/processes.js";
-import { settledWithin } from "../util/timers.js";
+import { settledWithin, sleep } from "../util/timers.js";
 import { hostPort } from "../util/urls.js";
 import { CaddyAdmin } from "./caddy-admin.js";
 import { CaddyRoutes } from "./caddy-routes.js";
@@ -16,7 +17,6 @@ import {
   tcpAddresses,
   tryBind,
 } from "./listen-addresses.js";
-import { canonicalJson } from "./plan.js";
 import type { CaddyAdminAddress } from "./settings.js";
 
 const { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync } = fs;
@@ -329,7 +329,7 @@ export class EmbeddedCaddy {
         this.running = { pid, procStart: processStartTime(pid), startedAt: Date.now() };
         return pid;
       }
-      await new Promise((r) => setTimeout(r, 100));
+      await sleep(100);
     }
     this.stopStarted(pid);
     throw new EmbeddedCaddyError(

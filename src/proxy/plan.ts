@@ -232,14 +232,3 @@ export function plan(
   });
   return { routes, outcomes, applied };
 }
-
-/** JSON with object keys sorted, so a route read back from Caddy compares equal to the one written. */
-export function canonicalJson(value: unknown): string {
-  return JSON.stringify(value, (_k, v: unknown) =>
-    v && typeof v === "object" && !Array.isArray(v)
-      ? Object.fromEntries(
-          Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
-        )
-      : v,
-  );
-}

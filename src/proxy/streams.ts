@@ -1,4 +1,5 @@
-import { canonicalJson, type RouteJson } from "./plan.js";
+import { canonicalJson } from "../util/canonical-json.js";
+import type { RouteJson } from "./plan.js";
 
 /** Milliseconds as a Caddy duration string (`2m`, `90s`, `1500ms`). */
 export function caddyDuration(ms: number): string {

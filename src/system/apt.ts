@@ -3,6 +3,7 @@ import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { fs } from "../util/node-builtins.js";
+import { plural } from "../util/text.js";
 import { type ChangelogEntry, changelogAdvisories, readDebChangelog } from "./apt-changelog.js";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import type { LockHolder } from "./errors.js";
@@ -562,8 +563,6 @@ const UNFINISHED_STATES: Record<string, string> = {
   W: "triggers-awaited",
   t: "triggers-pending",
 };
-
-const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
 interface AptPaths {
   status: string;

@@ -1,6 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyRequest } from "fastify";
-import { callbackUrlProblem, type DenyList } from "../events/egress.js";
+import type { DenyList } from "../events/egress.js";
+import { callbackUrlError } from "../http/callback-url.js";
 import { validationFailed } from "../http/errors.js";
 import { parsePrefer, preferredWaitSeconds } from "../http/prefer.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
@@ -83,8 +84,8 @@ export function registerSystemRoutes(app: App, service: SystemService, deny: Den
     },
     async (request, reply) => {
       const { update_type: type, auto_reboot: autoReboot = false, callback_url: callback } = request.body;
-      const problem = callback === undefined ? undefined : callbackUrlProblem(callback, deny);
-      if (problem) throw validationFailed([{ field: "body.callback_url", message: problem }]);
+      const callbackError = callbackUrlError(callback, deny);
+      if (callbackError) throw validationFailed([callbackError]);
       const who = {
         remote_address: request.ip,
         user_agent: request.headers["user-agent"] ?? null,

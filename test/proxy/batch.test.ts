@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { ApiError } from "../../src/http/errors.js";
 import { CaddyApiError } from "../../src/proxy/caddy-admin.js";
-import { canonicalJson } from "../../src/proxy/plan.js";
+import { canonicalJson } from "../../src/util/canonical-json.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver, startUpstream } from "../helpers/http.js";
