@@ -1,3 +1,11 @@
+import {
+  type ChildProcess,
+  type ExecFileOptions,
+  execFile,
+  type SpawnOptions,
+  spawn,
+} from "node:child_process";
+
 /**
  * The environment of every child the agent starts (Caddy, apt/dnf, the reboot command, operator instances)
  * is built from an allowlist, never by passing the agent's own on: the agent's environment may hold
@@ -56,12 +64,16 @@ export const CHILD_ENV = {
   ],
 } as const;
 
+declare const allowListed: unique symbol;
+/** An environment built by `childEnv`: the only kind `spawnChild` and `execChild` take. */
+export type ChildEnv = Readonly<Record<string, string>> & { readonly [allowListed]: true };
+
 /** The variables of `from` that `allow` names (see CHILD_ENV), plus `set`, which wins. */
 export function childEnv(
   from: NodeJS.ProcessEnv,
   allow: readonly string[],
   set: Record<string, string> = {},
-): Record<string, string> {
+): ChildEnv {
   const exact = new Set(allow.filter((a) => !a.endsWith("*")));
   const prefixes = allow.filter((a) => a.endsWith("*")).map((a) => a.slice(0, -1));
   const env: Record<string, string> = {};
@@ -69,5 +81,28 @@ export function childEnv(
     if (v === undefined) continue;
     if (exact.has(k) || prefixes.some((p) => k.startsWith(p))) env[k] = v;
   }
-  return Object.assign(env, set);
+  return Object.assign(env, set) as ChildEnv;
+}
+
+/**
+ * `spawn` with an allow-listed environment. The agent starts its children only through this and
+ * `execChild` (biome refuses `node:child_process` elsewhere under src/, and test/spawns.test.ts walks the
+ * sources for it), so no child can be given the agent's own environment by mistake.
+ */
+export function spawnChild(
+  file: string,
+  args: readonly string[],
+  options: Omit<SpawnOptions, "env"> & { env: ChildEnv },
+): ChildProcess {
+  return spawn(file, args, options);
+}
+
+/** `execFile` with an allow-listed environment; see `spawnChild`. */
+export function execChild(
+  file: string,
+  args: readonly string[],
+  options: Omit<ExecFileOptions, "env"> & { env: ChildEnv },
+  done: (err: Error | null, stdout: string, stderr: string) => void,
+): ChildProcess {
+  return execFile(file, args, { ...options, encoding: "utf8" }, done);
 }
