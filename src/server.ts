@@ -1,11 +1,11 @@
 import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
 import { buildApp } from "./app.js";
+import { EmbeddedCaddy } from "./caddy/embedded.js";
 import { currentPrivileges, rootlessFailures, unknownEnvWarnings } from "./config-warnings.js";
 import { checkPlaintext, Listener } from "./listener/listener.js";
 import { createLogger } from "./logging.js";
 import { packageVersion } from "./paths.js";
-import { EmbeddedCaddy } from "./proxy/embedded-caddy.js";
 import { type CaddyAdminAddress, showCaddyAdmin } from "./proxy/settings.js";
 import { allSettings, loadConfigFromProcess } from "./settings.js";
 import { prepareDataDir } from "./store/data-dir.js";

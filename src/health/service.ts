@@ -1,10 +1,10 @@
+import { CaddyAdmin, caddyErrorText } from "../caddy/admin.js";
+import type { CaddyProcessStatus } from "../caddy/embedded.js";
+import { accepts, tcpAddresses } from "../caddy/listen-addresses.js";
 import type { Outbox } from "../events/outbox.js";
 import type { OperatorService } from "../operator/service.js";
 import { packageVersion } from "../paths.js";
-import { CaddyAdmin, caddyErrorText } from "../proxy/caddy-admin.js";
 import { CaddyRoutes } from "../proxy/caddy-routes.js";
-import type { CaddyProcessStatus } from "../proxy/embedded-caddy.js";
-import { accepts, tcpAddresses } from "../proxy/listen-addresses.js";
 import type { CaddyAdminAddress } from "../proxy/settings.js";
 import type { Db } from "../store/db.js";
 import type { SystemService } from "../system/service.js";

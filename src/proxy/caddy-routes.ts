@@ -1,8 +1,8 @@
 import { pipeline, type Readable, Transform } from "node:stream";
 import { deflateRawSync, inflateRawSync } from "node:zlib";
+import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { collectWhenIdle } from "../util/idle-gc.js";
-import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "./caddy-admin.js";
 import { indexRoutes, type Op, opId, type Plan, type RouteJson, type RoutesIndex } from "./plan.js";
 
 export interface RoutesState {

@@ -1,12 +1,12 @@
 import type { Readable } from "node:stream";
 import type { Logger } from "pino";
+import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import type { DenyList } from "../events/egress.js";
 import { callbackUrlProblem } from "../events/egress.js";
 import type { Outbox } from "../events/outbox.js";
 import { ApiError, type FieldError, validationFailed, withoutPaths } from "../http/errors.js";
 import type { Metrics } from "../metrics/metrics.js";
 import type { Db, Migration } from "../store/db.js";
-import { CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
 import { normalizeDomain, parseDial } from "./domain.js";
 import type { Op, RouteJson } from "./plan.js";
 import type { ChangeOperation, ChangeOutcome, RouteWriteRequest } from "./schemas.js";

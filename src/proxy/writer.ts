@@ -1,8 +1,8 @@
 import type { Readable } from "node:stream";
 import type { Logger } from "pino";
+import { type CaddyAdmin, CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { canonicalJson } from "../util/canonical-json.js";
-import { type CaddyAdmin, CaddyApiError, CaddyUnavailableError } from "./caddy-admin.js";
 import { CaddyRoutes, type CaddyRoutesOptions, type RoutesState } from "./caddy-routes.js";
 import { type Op, type Plan, plan, type RouteJson } from "./plan.js";
 import { sameRoute } from "./streams.js";

@@ -3,7 +3,7 @@ import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestContext } from "node:test";
-import { CaddyAdmin } from "../../src/proxy/caddy-admin.js";
+import { CaddyAdmin } from "../../src/caddy/admin.js";
 import { fetchedCaddyBinary } from "../../src/proxy/settings.js";
 import { freePort } from "../../support/loopback.js";
 import { metricSample } from "../../support/prometheus.js";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { CaddyApiError } from "../../src/caddy/admin.js";
 import { ApiError } from "../../src/http/errors.js";
-import { CaddyApiError } from "../../src/proxy/caddy-admin.js";
 import { canonicalJson } from "../../src/util/canonical-json.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { CaddyUnavailableError } from "../../src/proxy/caddy-admin.js";
+import { CaddyUnavailableError } from "../../src/caddy/admin.js";
 import { freePort } from "../../support/loopback.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy, startRefusableCaddy } from "../helpers/caddy.js";

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { CaddyUnavailableError } from "../../src/proxy/caddy-admin.js";
+import { CaddyUnavailableError } from "../../src/caddy/admin.js";
 import { buildTestApp, TEST_SECRET } from "../helpers/app.js";
 import { startCaddy, startRefusableCaddy } from "../helpers/caddy.js";
 import {

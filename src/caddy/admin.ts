@@ -4,6 +4,7 @@ import {
   type Metrics,
   secondsSince,
 } from "../metrics/metrics.js";
+import type { CaddyAdminAddress } from "../proxy/settings.js";
 import type {
   ClientRequest,
   IncomingHttpHeaders,
@@ -12,7 +13,6 @@ import type {
 } from "../util/node-builtins.js";
 import { http } from "../util/node-builtins.js";
 import { sleep } from "../util/timers.js";
-import type { CaddyAdminAddress } from "./settings.js";
 
 /** Caddy's admin endpoint could not be reached or did not answer in time. */
 export class CaddyUnavailableError extends Error {

@@ -1,14 +1,15 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { CaddyRoutes } from "../proxy/caddy-routes.js";
+import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { fs } from "../util/node-builtins.js";
 import { processStartTime } from "../util/processes.js";
 import { settledWithin, sleep } from "../util/timers.js";
 import { hostPort } from "../util/urls.js";
-import { CaddyAdmin } from "./caddy-admin.js";
-import { CaddyRoutes } from "./caddy-routes.js";
+import { CaddyAdmin } from "./admin.js";
 import {
   describeHolders,
   listeningInodes,
@@ -17,7 +18,6 @@ import {
   tcpAddresses,
   tryBind,
 } from "./listen-addresses.js";
-import type { CaddyAdminAddress } from "./settings.js";
 
 const { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync } = fs;
 
