@@ -31,9 +31,12 @@ import { registerOperatorRoutes } from "./operator/routes.js";
 import { operatorSharedSchemas } from "./operator/schemas.js";
 import { OperatorService } from "./operator/service.js";
 import { operatorMigrations } from "./operator/store.js";
+import { ChangeJournal, type RecordedChange } from "./proxy/journal.js";
+import { proxyProblem } from "./proxy/problems.js";
 import { registerProxyRoutes } from "./proxy/routes.js";
 import { proxySharedSchemas } from "./proxy/schemas.js";
-import { proxyMigrations, RouteService } from "./proxy/service.js";
+import { RouteService } from "./proxy/service.js";
+import { proxyMigrations, RouteChangeStore } from "./proxy/store.js";
 import { caddyDuration } from "./proxy/streams.js";
 import { RouteWriter } from "./proxy/writer.js";
 import type { AppConfig } from "./settings.js";
@@ -82,7 +85,9 @@ declare module "fastify" {
       db: Db;
       outbox: Outbox;
       routes: RouteService;
-      writer: RouteWriter;
+      writer: RouteWriter<RecordedChange>;
+      /** The client of Caddy's admin API every part of the agent shares (tests spy on its writes). */
+      caddyAdmin: CaddyAdmin;
       operator: OperatorService;
       metrics: Metrics;
       tokens: TokenRegistry;
@@ -179,7 +184,14 @@ export async function buildApp({
   });
   metrics.readOutboxStates(() => outbox.countByState());
   const admin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs, metrics);
-  const writer = new RouteWriter(admin, {
+  const changes = new RouteChangeStore(db);
+  const journal = new ChangeJournal({
+    store: changes,
+    outbox,
+    firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
+  });
+  const writer = new RouteWriter<RecordedChange>(admin, {
+    journal,
     metrics,
     server: proxy.caddyServer,
     listen: proxy.caddyListen,
@@ -189,15 +201,15 @@ export async function buildApp({
     log: logger.child({ component: "route-writer" }),
   });
   const routes = new RouteService({
-    db,
     metrics,
     writer,
-    outbox,
-    deny,
+    journal,
+    store: changes,
     operatorRouteId: proxy.operatorDomain,
-    firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
-    streamCloseDelayMs: proxy.caddyStreamCloseDelayMs,
-    gracePeriodMs: proxy.caddyGracePeriodMs,
+    connections: {
+      streamCloseDelayMs: proxy.caddyStreamCloseDelayMs,
+      gracePeriodMs: proxy.caddyGracePeriodMs,
+    },
     log: logger.child({ component: "routes" }),
   });
   const systemLog = logger.child({ component: "system" });
@@ -233,7 +245,17 @@ export async function buildApp({
     operator,
     outbox,
   });
-  app.decorate("services", { db, outbox, routes, writer, operator, metrics, tokens, audit });
+  app.decorate("services", {
+    db,
+    outbox,
+    routes,
+    writer,
+    caddyAdmin: admin,
+    operator,
+    metrics,
+    tokens,
+    audit,
+  });
 
   // JSON is the only body the API takes; anything else is 415 rather than a string failing validation.
   app.removeContentTypeParser("text/plain");
@@ -244,7 +266,7 @@ export async function buildApp({
   // The first hooks of the root scope: the request's id is echoed, a request without Host is refused as
   // unreadable, then the token is checked before anything else runs, for every route.
   echoRequestId(app);
-  registerProblemHandlers(app, table, [systemProblem]);
+  registerProblemHandlers(app, table, [systemProblem, proxyProblem]);
   answerExpectations(app, check);
   registerAccessControl(app, access, auditMutations(app, audit, now));
   await registerOpenApi(app);
@@ -253,7 +275,7 @@ export async function buildApp({
   registerHealthRoutes(app, health);
   // Any valid token may read the document: it says what exists, not what the token may do with it.
   app.get("/v1/openapi.json", { schema: { hide: true }, config: { scopes: [] } }, async () => app.swagger());
-  registerProxyRoutes(app, routes);
+  registerProxyRoutes(app, routes, deny);
   registerSystemRoutes(app, systemService, deny);
   registerOperatorRoutes(app, operator);
   registerEventRoutes(app, outbox);

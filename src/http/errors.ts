@@ -218,14 +218,6 @@ export function validationFailed(errors: FieldError[]): ApiError {
   return new ApiError("validation_failed", validationDetail(errors), { errors });
 }
 
-/**
- * A text from outside the agent (Caddy's error messages name the files it failed to load) with absolute
- * file paths and unix socket addresses replaced, for a problem detail; the log keeps the original.
- */
-export function withoutPaths(text: string): string {
-  return text.replace(/unix:[^\s"',;:)]+/g, "[socket]").replace(/(?<![\w:/.~-])\/[^\s"',;:)]+/g, "[path]");
-}
-
 /** Maps anything thrown in a request to a problem; unknown errors are logged with their stack and never shown. */
 export function toApiError(err: FastifyError | Error): { apiError: ApiError; unexpected: boolean } {
   if (err instanceof ApiError) return { apiError: err, unexpected: false };

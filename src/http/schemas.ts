@@ -61,6 +61,7 @@ export function NullableString(schema: TString) {
  * A `$ref` to `schema` (registered with the app under its `$id`) that keeps the schema's static type, so
  * request types come from the schemas alone (`Static<typeof X>`) while the OpenAPI document names the shape.
  */
-export function RefTo<T extends TSchema & { $id: string }>(schema: T) {
+export function RefTo<T extends TSchema>(schema: T) {
+  if (schema.$id === undefined) throw new Error("RefTo needs a schema with an $id");
   return Type.Unsafe<Static<T>>(Type.Ref(schema.$id));
 }

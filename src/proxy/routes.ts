@@ -1,25 +1,28 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyRequest } from "fastify";
+import type { DenyList } from "../events/egress.js";
+import { callbackUrlError } from "../http/callback-url.js";
+import { validationFailed } from "../http/errors.js";
 import { BODY_OPTIONAL } from "../http/openapi.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
 import {
+  type RouteDeleteRequest,
+  type RouteHistoryQuery,
   RouteHistoryQuerySchema,
+  type RouteIdParams,
   RouteIdParamsSchema,
   type RouteRestoreRequest,
   type RouteWriteRequest,
 } from "./schemas.js";
 import type { ChangeContext, RouteService } from "./service.js";
 
-/** The request's id (the caller's `x-request-id` when usable, see genReqId): recorded with the change. */
-function changeContext(request: FastifyRequest): ChangeContext {
-  return { requestId: request.id };
-}
-
 /** Where a route is read: the `Location` of a create. */
 export const routeLocation = (id: string) => `/v1/proxy/routes/${encodeURIComponent(id)}`;
 
 const RouteRef = Type.Ref("Route");
+const TAGS = ["proxy"];
+
 /** What replace and delete can answer besides success. */
 const changeProblems = problemResponses(
   "validation_failed",
@@ -32,62 +35,142 @@ const changeProblems = problemResponses(
   "proxy_rejected_change",
   "proxy_rollback_failed",
 );
-export function registerProxyRoutes(app: App, service: RouteService): void {
-  app.get(
-    "/v1/proxy/routes",
-    {
-      schema: {
-        tags: ["proxy"],
-        operationId: "listRoutes",
-        summary: "List the routes of the managed Caddy server",
-        description:
-          "All routes of the managed server in Caddy's order, including routes the agent did not create. `[]` when the server does not exist yet.",
-        response: {
-          200: jsonContent(Type.Array(RouteRef), "The routes."),
-          ...problemResponses("proxy_unavailable"),
-        },
+
+const listSchema = {
+  tags: TAGS,
+  operationId: "listRoutes",
+  summary: "List the routes of the managed Caddy server",
+  description:
+    "All routes of the managed server in Caddy's order, including routes the agent did not create. `[]` when the server does not exist yet.",
+  response: {
+    200: jsonContent(Type.Array(RouteRef), "The routes."),
+    ...problemResponses("proxy_unavailable"),
+  },
+};
+
+const createSchema = {
+  tags: TAGS,
+  operationId: "createRoute",
+  summary: "Create a route",
+  description:
+    "Creates a reverse-proxy route for `domain`. The route `@id` is the normalised domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
+  body: Type.Ref("RouteWriteRequest"),
+  response: {
+    201: {
+      ...jsonContent(RouteRef, "The route as written to Caddy."),
+      headers: {
+        location: { type: "string", description: "Where the route is read: `/v1/proxy/routes/{route_id}`." },
       },
     },
-    async (_request, reply) => {
-      // Caddy's own bytes go out as they come: parsing and re-serialising thousands of routes would cost
-      // more than reading them, and holding them whole would cost memory per request.
-      return reply.type("application/json").send(await service.list());
-    },
+    ...problemResponses(
+      "validation_failed",
+      "malformed_body",
+      "route_exists",
+      "payload_too_large",
+      "unsupported_media_type",
+      "proxy_unavailable",
+      "proxy_rejected_change",
+    ),
+  },
+};
+
+const getSchema = {
+  tags: TAGS,
+  operationId: "getRoute",
+  summary: "Get one route",
+  description:
+    "The route `route_id` of the managed server, as Caddy holds it now (a route the agent did not create included).",
+  params: RouteIdParamsSchema,
+  response: {
+    200: jsonContent(RouteRef, "The route."),
+    ...problemResponses("route_not_found", "proxy_unavailable"),
+  },
+};
+
+const historySchema = {
+  tags: TAGS,
+  operationId: "getRouteHistory",
+  summary: "List the changes recorded for a route",
+  description:
+    "Every change the agent made to the route (create, replace, delete, restore, and its own writes of the operator's route), newest first: when, by which request (`x-request-id`), with what outcome, the state it captured before Caddy was touched, what it wrote, and the ids of its callback events. At most `limit` (default 50). 404 when no change is recorded and the managed server has no such route; Caddy is asked only then.",
+  params: RouteIdParamsSchema,
+  querystring: RouteHistoryQuerySchema,
+  response: {
+    200: jsonContent(Type.Ref("RouteHistory"), "The changes, newest first."),
+    ...problemResponses("validation_failed", "route_not_found", "proxy_unavailable"),
+  },
+};
+
+const restoreSchema = {
+  tags: TAGS,
+  operationId: "restoreRoute",
+  summary: "Put back the state a change captured",
+  description:
+    "Puts back the route state captured by the change `change_id` of this route, as a change of its own (in the history, with its own backup and, with `callback_url`, its own `route_backup` and `route_change` events). The change decides what happens: one that created the route (no previous state) is undone by removing the route; one that deleted it, by creating the captured route again; one that replaced it, by replacing the current route with the captured one. 409 when that does not fit the route as it is now: removing or replacing a route the managed server no longer has, or re-creating one whose `@id` is in use in Caddy's config again. 404 when the route has no recorded change or `change_id` is not one of its changes; 403 for the operator's route.",
+  params: RouteIdParamsSchema,
+  body: Type.Ref("RouteRestoreRequest"),
+  response: {
+    200: jsonContent(Type.Ref("RouteRestoreResult"), "What the restore did."),
+    ...problemResponses(
+      "validation_failed",
+      "malformed_body",
+      "operator_route_immutable",
+      "route_not_found",
+      "change_not_found",
+      "restore_conflict",
+      "payload_too_large",
+      "unsupported_media_type",
+      "proxy_unavailable",
+      "proxy_rejected_change",
+      "proxy_rollback_failed",
+    ),
+  },
+};
+
+const replaceSchema = {
+  tags: TAGS,
+  operationId: "replaceRoute",
+  summary: "Replace a route",
+  description:
+    "Fully replaces the route `route_id`; `domain` must derive to the same id. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`.",
+  params: RouteIdParamsSchema,
+  body: Type.Ref("RouteWriteRequest"),
+  response: { 200: jsonContent(RouteRef, "The route as written to Caddy."), ...changeProblems },
+};
+
+const deleteSchema = {
+  tags: TAGS,
+  operationId: "deleteRoute",
+  summary: "Delete a route",
+  description:
+    "Deletes the route `route_id`. The body is optional. The route is captured first and restored when the deletion fails; with `callback_url` it is also sent as `route_backup`.",
+  params: RouteIdParamsSchema,
+  body: Type.Ref("RouteDeleteRequest"),
+  [BODY_OPTIONAL]: true,
+  response: { 204: { description: "Deleted.", type: "null" }, ...changeProblems },
+};
+
+/** The request's id (the caller's `x-request-id` when usable, see genReqId): recorded with the change. */
+const changeContext = (request: FastifyRequest): ChangeContext => ({ requestId: request.id });
+
+export function registerProxyRoutes(app: App, service: RouteService, deny: DenyList): void {
+  /** A callback the agent may not call is refused before anything else of the change happens. */
+  const checkCallback = (url: string | null | undefined) => {
+    const error = callbackUrlError(url, deny);
+    if (error) throw validationFailed([error]);
+  };
+
+  // Caddy's own bytes go out as they come: parsing and re-serialising thousands of routes would cost more
+  // than reading them, and holding them whole would cost memory per request.
+  app.get("/v1/proxy/routes", { schema: listSchema }, async (_request, reply) =>
+    reply.type("application/json").send(await service.list()),
   );
 
   app.post<{ Body: RouteWriteRequest }>(
     "/v1/proxy/routes",
-    {
-      schema: {
-        tags: ["proxy"],
-        operationId: "createRoute",
-        summary: "Create a route",
-        description:
-          "Creates a reverse-proxy route for `domain`. The route `@id` is the normalised domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
-        body: Type.Ref("RouteWriteRequest"),
-        response: {
-          201: {
-            ...jsonContent(RouteRef, "The route as written to Caddy."),
-            headers: {
-              location: {
-                type: "string",
-                description: "Where the route is read: `/v1/proxy/routes/{route_id}`.",
-              },
-            },
-          },
-          ...problemResponses(
-            "validation_failed",
-            "malformed_body",
-            "route_exists",
-            "payload_too_large",
-            "unsupported_media_type",
-            "proxy_unavailable",
-            "proxy_rejected_change",
-          ),
-        },
-      },
-    },
+    { schema: createSchema },
     async (request, reply) => {
+      checkCallback(request.body.callback_url);
       const route = await service.create(request.body, changeContext(request));
       return reply
         .code(201)
@@ -96,129 +179,50 @@ export function registerProxyRoutes(app: App, service: RouteService): void {
     },
   );
 
-  app.get<{ Params: { route_id: string } }>(
-    "/v1/proxy/routes/:route_id",
-    {
-      schema: {
-        tags: ["proxy"],
-        operationId: "getRoute",
-        summary: "Get one route",
-        description:
-          "The route `route_id` of the managed server, as Caddy holds it now (a route the agent did not create included).",
-        params: RouteIdParamsSchema,
-        response: {
-          200: jsonContent(RouteRef, "The route."),
-          ...problemResponses("route_not_found", "proxy_unavailable"),
-        },
-      },
-    },
-    async (request) => service.get(request.params.route_id),
+  app.get<{ Params: RouteIdParams }>("/v1/proxy/routes/:route_id", { schema: getSchema }, async (request) =>
+    service.get(request.params.route_id),
   );
 
-  app.get<{ Params: { route_id: string }; Querystring: { limit?: string } }>(
+  app.get<{ Params: RouteIdParams; Querystring: RouteHistoryQuery }>(
     "/v1/proxy/routes/:route_id/history",
-    {
-      schema: {
-        tags: ["proxy"],
-        operationId: "getRouteHistory",
-        summary: "List the changes recorded for a route",
-        description:
-          "Every change the agent made to the route (create, replace, delete, restore, and its own writes of the operator's route), newest first: when, by which request (`x-request-id`), with what outcome, the state it captured before Caddy was touched, what it wrote, and the ids of its callback events. At most `limit` (default 50). 404 when no change is recorded and the managed server has no such route; Caddy is asked only then.",
-        params: RouteIdParamsSchema,
-        querystring: RouteHistoryQuerySchema,
-        response: {
-          200: jsonContent(Type.Ref("RouteHistory"), "The changes, newest first."),
-          ...problemResponses("validation_failed", "route_not_found", "proxy_unavailable"),
-        },
-      },
-    },
+    { schema: historySchema },
     async (request) => ({
       changes: await service.history(request.params.route_id, Number(request.query.limit ?? 50)),
     }),
   );
 
-  app.post<{ Body: RouteRestoreRequest; Params: { route_id: string } }>(
+  app.post<{ Body: RouteRestoreRequest; Params: RouteIdParams }>(
     "/v1/proxy/routes/:route_id/restore",
-    {
-      schema: {
-        tags: ["proxy"],
-        operationId: "restoreRoute",
-        summary: "Put back the state a change captured",
-        description:
-          "Puts back the route state captured by the change `change_id` of this route, as a change of its own (in the history, with its own backup and, with `callback_url`, its own `route_backup` and `route_change` events). The change decides what happens: one that created the route (no previous state) is undone by removing the route; one that deleted it, by creating the captured route again; one that replaced it, by replacing the current route with the captured one. 409 when that does not fit the route as it is now: removing or replacing a route the managed server no longer has, or re-creating one whose `@id` is in use in Caddy's config again. 404 when the route has no recorded change or `change_id` is not one of its changes; 403 for the operator's route.",
-        params: RouteIdParamsSchema,
-        body: Type.Ref("RouteRestoreRequest"),
-        response: {
-          200: jsonContent(Type.Ref("RouteRestoreResult"), "What the restore did."),
-          ...problemResponses(
-            "validation_failed",
-            "malformed_body",
-            "operator_route_immutable",
-            "route_not_found",
-            "change_not_found",
-            "restore_conflict",
-            "payload_too_large",
-            "unsupported_media_type",
-            "proxy_unavailable",
-            "proxy_rejected_change",
-            "proxy_rollback_failed",
-          ),
-        },
-      },
+    { schema: restoreSchema },
+    async (request) => {
+      const { change_id, callback_url } = request.body;
+      checkCallback(callback_url);
+      return service.restore(request.params.route_id, change_id, callback_url, changeContext(request));
     },
-    async (request) =>
-      service.restore(
-        request.params.route_id,
-        request.body.change_id,
-        request.body.callback_url,
-        changeContext(request),
-      ),
   );
 
-  app.put<{ Body: RouteWriteRequest; Params: { route_id: string } }>(
+  app.put<{ Body: RouteWriteRequest; Params: RouteIdParams }>(
     "/v1/proxy/routes/:route_id",
-    {
-      schema: {
-        tags: ["proxy"],
-        operationId: "replaceRoute",
-        summary: "Replace a route",
-        description:
-          "Fully replaces the route `route_id`; `domain` must derive to the same id. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`.",
-        params: RouteIdParamsSchema,
-        body: Type.Ref("RouteWriteRequest"),
-        response: {
-          200: jsonContent(RouteRef, "The route as written to Caddy."),
-          ...changeProblems,
-        },
-      },
+    { schema: replaceSchema },
+    async (request) => {
+      checkCallback(request.body.callback_url);
+      return service.replace(request.params.route_id, request.body, changeContext(request));
     },
-    async (request) => service.replace(request.params.route_id, request.body, changeContext(request)),
   );
 
-  app.delete<{ Body: { callback_url?: string | null } | undefined; Params: { route_id: string } }>(
+  app.delete<{ Body: RouteDeleteRequest | undefined; Params: RouteIdParams }>(
     "/v1/proxy/routes/:route_id",
     {
-      schema: {
-        tags: ["proxy"],
-        operationId: "deleteRoute",
-        summary: "Delete a route",
-        description:
-          "Deletes the route `route_id`. The body is optional. The route is captured first and restored when the deletion fails; with `callback_url` it is also sent as `route_backup`.",
-        params: RouteIdParamsSchema,
-        body: Type.Ref("RouteDeleteRequest"),
-        [BODY_OPTIONAL]: true,
-        response: {
-          204: { description: "Deleted.", type: "null" },
-          ...changeProblems,
-        },
-      },
+      schema: deleteSchema,
       // The body is optional: no body means no callback. A body that is there must be an object.
       preValidation: async (request) => {
         if (request.body === undefined) request.body = {};
       },
     },
     async (request, reply) => {
-      await service.delete(request.params.route_id, request.body?.callback_url, changeContext(request));
+      const callbackUrl = request.body?.callback_url;
+      checkCallback(callbackUrl);
+      await service.delete(request.params.route_id, callbackUrl, changeContext(request));
       return reply.code(204).send();
     },
   );

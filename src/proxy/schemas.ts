@@ -1,5 +1,5 @@
 import { type Static, Type } from "@sinclair/typebox";
-import { NullableString, StringEnum } from "../http/schemas.js";
+import { NullableString, RefTo, StringEnum } from "../http/schemas.js";
 
 export const UpstreamSchema = Type.Object(
   {
@@ -37,7 +37,7 @@ export const RouteWriteRequestSchema = Type.Object(
       description:
         "Host the route matches. `*.` as the first label makes a wildcard. It is normalised to the route `@id` (see the README): at most 253 characters once in ASCII, plus `*.` for a wildcard.",
     }),
-    upstreams: Type.Array(Type.Ref("Upstream"), { minItems: 1, maxItems: 64 }),
+    upstreams: Type.Array(RefTo(UpstreamSchema), { minItems: 1, maxItems: 64 }),
     callback_url: Type.Optional(CallbackUrlSchema),
     strategy: Type.Optional(
       StringEnum(["first", "weighted_round_robin"], {
@@ -210,13 +210,8 @@ export const proxySharedSchemas = [
 
 export type ChangeOperation = (typeof CHANGE_OPERATIONS)[number];
 export type ChangeOutcome = (typeof CHANGE_OUTCOMES)[number];
-export type RouteRestoreRequest = { change_id: number; callback_url?: string | null };
-
-export type Upstream = Static<typeof UpstreamSchema>;
-export type RouteWriteRequest = {
-  domain: string;
-  upstreams: Upstream[];
-  callback_url?: string | null;
-  strategy?: "first" | "weighted_round_robin";
-  terminal?: boolean;
-};
+export type RouteWriteRequest = Static<typeof RouteWriteRequestSchema>;
+export type RouteDeleteRequest = Static<typeof RouteDeleteRequestSchema>;
+export type RouteRestoreRequest = Static<typeof RouteRestoreRequestSchema>;
+export type RouteIdParams = Static<typeof RouteIdParamsSchema>;
+export type RouteHistoryQuery = Static<typeof RouteHistoryQuerySchema>;

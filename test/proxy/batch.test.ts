@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { CaddyApiError } from "../../src/caddy/admin.js";
-import { ApiError } from "../../src/http/errors.js";
+import { proxyProblem } from "../../src/proxy/problems.js";
 import { canonicalJson } from "../../src/util/canonical-json.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
@@ -18,14 +18,14 @@ const route = (domain: string, port: number, callback_url?: string) => ({
 async function outcomes(calls: Call[]): Promise<(string | number)[]> {
   const settled = await Promise.allSettled(calls.map((c) => c()));
   return settled.map((s) =>
-    s.status === "fulfilled" ? "ok" : s.reason instanceof ApiError ? s.reason.code : String(s.reason),
+    s.status === "fulfilled" ? "ok" : (proxyProblem(s.reason)?.code ?? String(s.reason)),
   );
 }
 
 async function setup(t: import("node:test").TestContext) {
   const caddy = await startCaddy(t);
   const h = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
-  const admin = h.app.services.writer.admin;
+  const admin = h.app.services.caddyAdmin;
   const realWrite = admin.write.bind(admin);
   const writes: string[] = [];
   // A spy, not a stand-in: every write still goes to Caddy; it only counts them.
@@ -131,7 +131,7 @@ test("a batch Caddy refuses is split so only the refused change fails, with the 
   const up = await startUpstream(t, "u");
   // No route the API can build makes Caddy refuse it on its own (the API validates what Caddy does not),
   // so this one refusal is simulated: Caddy "refuses" any config carrying the poison route.
-  const admin = app.services.writer.admin;
+  const admin = app.services.caddyAdmin;
   const spied = admin.write.bind(admin);
   t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
     if (JSON.stringify(args[2] ?? null).includes("poison.test"))

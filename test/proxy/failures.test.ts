@@ -75,7 +75,7 @@ test("a write that fails after Caddy may have changed is rolled back to the capt
   );
 
   // The connection breaking after Caddy applied the write cannot be caused on demand: simulate that one step.
-  const admin = app.services.writer.admin;
+  const admin = app.services.caddyAdmin;
   const realWrite = admin.write.bind(admin);
   let calls = 0;
   t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
@@ -105,7 +105,7 @@ test("when the rollback fails too, the answer says so and carries the captured s
       .statusCode,
     201,
   );
-  const admin = app.services.writer.admin;
+  const admin = app.services.caddyAdmin;
   const realWrite = admin.write.bind(admin);
   let calls = 0;
   t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {

@@ -143,7 +143,7 @@ test("a change cut short by a stop of the agent shows as interrupted to the next
     release = r;
   });
   t.after(() => release());
-  const admin = app.services.writer.admin;
+  const admin = app.services.caddyAdmin;
   const write = admin.write.bind(admin);
   t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
     await hung;

@@ -23,6 +23,8 @@ test("routes kept compressed while the agent is idle serve the next change witho
     listen: ["127.0.0.1:0"],
     log: pino({ level: "silent" }),
     parsedKeptMs: 50,
+    // The write path alone: nothing records the changes.
+    journal: { capture: () => {} },
   });
   const first = await writer.submit({ op: { kind: "create", route: route("a.idle.test") } });
   assert.equal(first.ok, true);

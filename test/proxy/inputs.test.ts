@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { withoutPaths } from "../../src/http/errors.js";
+import { withoutPaths } from "../../src/util/without-paths.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startUpstream, viaProxy } from "../helpers/http.js";

@@ -7,8 +7,10 @@ import { test } from "node:test";
 import pino from "pino";
 import { DenyList } from "../../src/events/egress.js";
 import { Outbox, outboxMigrations } from "../../src/events/outbox.js";
+import { ChangeJournal, type RecordedChange } from "../../src/proxy/journal.js";
 import type { RouteJson } from "../../src/proxy/plan.js";
-import { proxyMigrations, RouteService, type RouteView } from "../../src/proxy/service.js";
+import { RouteService, type RouteView } from "../../src/proxy/service.js";
+import { proxyMigrations, RouteChangeStore } from "../../src/proxy/store.js";
 import { RouteWriter } from "../../src/proxy/writer.js";
 import { openDatabase } from "../../src/store/db.js";
 import { buildTestApp } from "../helpers/app.js";
@@ -131,7 +133,14 @@ test("while a route needs showing differently, the list is parsed and every rout
     retryScheduleSeconds: [],
     log,
   });
-  const writer = new RouteWriter(caddy.admin, { server: "srv0", listen: ["127.0.0.1:0"], log });
+  const store = new RouteChangeStore(db);
+  const journal = new ChangeJournal({ store, outbox, firstAttemptTimeoutMs: 1000 });
+  const writer = new RouteWriter<RecordedChange>(caddy.admin, {
+    server: "srv0",
+    listen: ["127.0.0.1:0"],
+    log,
+    journal,
+  });
   let active = false;
   // A view that shows a marker upstream as the address it stands for.
   const view: RouteView = {
@@ -142,14 +151,11 @@ test("while a route needs showing differently, the list is parsed and every rout
         : r,
   };
   const service = new RouteService({
-    db,
     writer,
-    outbox,
-    deny,
+    journal,
+    store,
     operatorRouteId: undefined,
-    firstAttemptTimeoutMs: 1000,
-    streamCloseDelayMs: 0,
-    gracePeriodMs: 0,
+    connections: { streamCloseDelayMs: 0, gracePeriodMs: 0 },
     log,
     display: view,
   });

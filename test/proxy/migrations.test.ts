@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { outboxMigrations } from "../../src/events/outbox.js";
-import { proxyMigrations } from "../../src/proxy/service.js";
+import { proxyMigrations } from "../../src/proxy/store.js";
 import { openDatabase } from "../../src/store/db.js";
 
 // A database written by an agent before the history and restore migrations, opened by this one.

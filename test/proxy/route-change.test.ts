@@ -184,7 +184,7 @@ test("a change rolled back is reported as rolled_back, with the route put back",
   });
   assert.equal(created.statusCode, 201);
   // The connection breaking after Caddy applied the write cannot be caused on demand: simulate that one step.
-  const admin = app.services.writer.admin;
+  const admin = app.services.caddyAdmin;
   const realWrite = admin.write.bind(admin);
   let calls = 0;
   t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {

@@ -242,7 +242,7 @@ test("a receiver holding its answer delays no change, only the answer of the req
   const order: string[] = [];
   // Spies, not stand-ins: they note when the first attempt starts and how many writes reached Caddy by then.
   let writes = 0;
-  const admin = app.services.writer.admin;
+  const admin = app.services.caddyAdmin;
   const write = admin.write.bind(admin);
   t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
     writes++;
@@ -656,7 +656,7 @@ test("a change made to Caddy behind the agent's back is picked up (If-Match 412,
     handle: [{ handler: "static_response", body: "outside" }],
   });
   const statuses: number[] = [];
-  const admin = app.services.writer.admin;
+  const admin = app.services.caddyAdmin;
   const realRaw = admin.raw.bind(admin);
   t.mock.method(admin, "raw", async (...args: Parameters<typeof admin.raw>) => {
     const res = await realRaw(...args);

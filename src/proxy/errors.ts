@@ -1,0 +1,91 @@
+import type { RouteJson } from "./plan.js";
+
+/**
+ * Why a route change or read did not happen, as the routes service says it. These know nothing of HTTP;
+ * `proxyProblem` (problems.ts) turns each into the API's answer. Messages are the answer's detail, except
+ * where Caddy's own words are kept: those still hold file paths, which only the log may show.
+ */
+
+/** The managed server has no such route (or the agent recorded no change of it, for a history or restore). */
+export class RouteNotFoundError extends Error {
+  override readonly name = "RouteNotFoundError";
+}
+
+/** A route with the id a create derives is already in Caddy's config (or is the operator's route). */
+export class RouteExistsError extends Error {
+  override readonly name = "RouteExistsError";
+}
+
+/** The operator's route is the agent's own: the API cannot change it. */
+export class OperatorRouteImmutableError extends Error {
+  override readonly name = "OperatorRouteImmutableError";
+
+  constructor(readonly routeId: string) {
+    super(`${routeId} is the operator's route; the agent manages it and the API cannot change it`);
+  }
+}
+
+/** A replace whose domain derives to another id than the route it names. */
+export class RouteIdMismatchError extends Error {
+  override readonly name = "RouteIdMismatchError";
+
+  constructor(
+    readonly derived: string,
+    readonly routeId: string,
+  ) {
+    super(`domain derives to @id ${derived}, not to the route_id ${routeId} of the path`);
+  }
+}
+
+/** A restore names a change the route does not have. */
+export class ChangeNotFoundError extends Error {
+  override readonly name = "ChangeNotFoundError";
+}
+
+/** A restore does not fit the route as it is now (or its change is still being applied); nothing changed. */
+export class RestoreConflictError extends Error {
+  override readonly name = "RestoreConflictError";
+}
+
+/**
+ * Caddy could not be reached or answered with an error: nothing was changed, or a failed change was put
+ * back (`message` says which). `caddyMessage` is Caddy's or the connection's own words, for the log.
+ */
+export class ProxyUnavailableError extends Error {
+  override readonly name = "ProxyUnavailableError";
+
+  constructor(readonly caddyMessage: string) {
+    super(caddyMessage);
+  }
+}
+
+/** Caddy refused the new config and keeps its previous one. */
+export class ChangeRejectedError extends Error {
+  override readonly name = "ChangeRejectedError";
+
+  constructor(readonly caddyMessage: string) {
+    super(`Caddy refused the change and keeps its previous config: ${caddyMessage}`);
+  }
+}
+
+/** The change failed after Caddy may have changed, and putting the captured state back failed too. */
+export class RollbackFailedError extends Error {
+  override readonly name = "RollbackFailedError";
+
+  constructor(
+    readonly caddyMessage: string,
+    /** The route as it was before the change, for the caller to put back itself. */
+    readonly capturedState: RouteJson | null,
+  ) {
+    super(caddyMessage);
+  }
+}
+
+/** The change's record (and its backup event) could not be written, so Caddy was not touched. */
+export class ChangeNotRecordedError extends Error {
+  override readonly name = "ChangeNotRecordedError";
+
+  constructor(readonly reason: string) {
+    super("the agent could not record the change before applying it");
+  }
+}

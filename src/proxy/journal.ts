@@ -1,0 +1,197 @@
+import type { Outbox } from "../events/outbox.js";
+import { canonicalJson } from "../util/canonical-json.js";
+import { withoutPaths } from "../util/without-paths.js";
+import type { Op, RouteJson } from "./plan.js";
+import type { ChangeOperation } from "./schemas.js";
+import type { RouteChangeStore, SettledOutcome } from "./store.js";
+import type { ChangeResult, WriteFailure, WriterChange } from "./write-step.js";
+
+/** Who made a change and what it is about: recorded with it, sent in its events, named in its log line. */
+export interface ChangeAbout {
+  operation: ChangeOperation;
+  route_id: string;
+  /** For a restore: the change whose captured state it puts back. */
+  restored_from?: number;
+  /** The caller's `x-request-id`, else the agent's id for the request; null for the agent's own changes. */
+  request_id: string | null;
+}
+
+/**
+ * One change on its way from the service through the writer and back: what was asked, and its record once
+ * the journal has written one. The writer reads `op`; the journal fills in the rest as the change goes.
+ */
+export class RecordedChange implements WriterChange {
+  /** The record's id, once the change was first captured; a change Caddy never got to may have none. */
+  id: number | undefined;
+  /** Canonical JSON of the state last captured: a change planned again on the same state is not recaptured. */
+  capturedWith: string | undefined;
+  /** The first delivery attempts of the change's events, started as the events are written. */
+  readonly deliveries: Promise<boolean>[] = [];
+
+  constructor(
+    readonly op: Op,
+    readonly about: ChangeAbout,
+    readonly callbackUrl: string | undefined,
+  ) {}
+
+  /** The ordering key of the route's events to this receiver (see routeEventKey). */
+  get orderingKey(): string | undefined {
+    return this.callbackUrl === undefined ? undefined : routeEventKey(this.about.route_id, this.callbackUrl);
+  }
+}
+
+/**
+ * The ordering key of a route's events to one receiver: its route_backup and route_change events are
+ * delivered one at a time in the order written, so the receiver sees a change's backup before its outcome.
+ * Per receiver too, so a receiver that is down holds up no other receiver of the route's events.
+ */
+export const routeEventKey = (routeId: string, url: string) => `route:${routeId} ${url}`;
+
+const OUTCOME_OF: Record<WriteFailure["kind"], SettledOutcome> = {
+  exists: "refused",
+  not_found: "refused",
+  unavailable: "failed",
+  rejected: "failed",
+  capture_failed: "failed",
+  rolled_back: "rolled_back",
+  rollback_failed: "rollback_failed",
+};
+
+/** How a settled change ended, as its history records it. */
+export const settledOutcome = (result: ChangeResult): SettledOutcome =>
+  result.ok ? "applied" : OUTCOME_OF[result.failure.kind];
+
+/** The failure's own words, or its kind when it has none (a 404/409 refusal). */
+export function failureText(result: ChangeResult): string | null {
+  if (result.ok) return null;
+  return "message" in result.failure ? result.failure.message : result.failure.kind;
+}
+
+/**
+ * The route as Caddy holds it once a change settled: the new one when it applied (null after a removal),
+ * the previous one when Caddy kept or got it back (null when there was none), null when the rollback failed
+ * and what Caddy holds is not known.
+ */
+function routeAfter(result: ChangeResult): RouteJson | null {
+  if (result.ok) return result.route;
+  return result.failure.kind === "rollback_failed" ? null : result.previous;
+}
+
+export interface JournalOptions {
+  store: RouteChangeStore;
+  outbox: Outbox;
+  /** How long a change's answer waits for each first delivery attempt of its events. */
+  firstAttemptTimeoutMs: number;
+}
+
+/**
+ * The record of every route change and the events it sends: the state it replaces and its `route_backup`,
+ * written in one transaction before Caddy is touched (`capture`, called by the writer); its outcome and
+ * `route_change`, in one transaction once it settled (`settle`, called by the service). Both events carry
+ * the route's ordering key for the receiver, so the outbox delivers the backup first.
+ */
+export class ChangeJournal {
+  /** Changes of this process not yet settled: a pending record not here was cut short by a stop of the agent. */
+  private readonly inFlight = new Set<number>();
+
+  constructor(private readonly o: JournalOptions) {}
+
+  /**
+   * Records the state `change` replaces and, with a callback, writes its `route_backup`. A change captured
+   * before (planned again on a fresh read) gets its record's previous state and a new backup only when that
+   * state differs. The backup's first attempt starts at once but is not awaited: the writer holds every
+   * queued change meanwhile, so one slow receiver would hold up the changes of every other request.
+   */
+  capture(change: RecordedChange, previous: RouteJson | null): void {
+    const seen = canonicalJson(previous);
+    if (change.capturedWith === seen) return;
+    const now = new Date().toISOString();
+    const prev = previous === null ? null : JSON.stringify(previous);
+    const { id, ev } = this.o.store.transaction(() => {
+      const id = change.id ?? this.insert(change, prev, now);
+      if (change.id !== undefined) this.o.store.setPrevious(id, prev);
+      if (change.callbackUrl === undefined) return { id, ev: null };
+      const ev = this.o.outbox.add({
+        type: "route_backup",
+        url: change.callbackUrl,
+        orderingKey: change.orderingKey,
+        data: { ...change.about, change_id: id, previous_route: previous, captured_at: now },
+      });
+      this.o.store.setBackupEventId(id, ev);
+      return { id, ev };
+    });
+    change.id = id;
+    change.capturedWith = seen;
+    this.inFlight.add(id);
+    if (ev) change.deliveries.push(this.o.outbox.deliverNow(ev, this.o.firstAttemptTimeoutMs));
+  }
+
+  /**
+   * Records how a captured change ended, with its `route_change` when it has a callback, and starts that
+   * event's first attempt once the backup's attempts have ended (the ordering key would hold it until then
+   * anyway). A change never captured (Caddy unreachable, a 404/409) has no record to finish.
+   */
+  settle(change: RecordedChange, result: ChangeResult): void {
+    const id = change.id;
+    if (id === undefined) return;
+    const outcome = settledOutcome(result);
+    const error = failureText(result);
+    const finishedAt = new Date().toISOString();
+    let ev: string | null;
+    try {
+      ev = this.o.store.transaction(() => {
+        this.o.store.finish(id, outcome, error, finishedAt);
+        if (change.callbackUrl === undefined) return null;
+        const ev = this.o.outbox.add({
+          type: "route_change",
+          url: change.callbackUrl,
+          orderingKey: change.orderingKey,
+          data: {
+            ...change.about,
+            change_id: id,
+            // A route_change receiver learns only whether the change happened: a refusal is a failure to it.
+            outcome: outcome === "refused" ? "failed" : outcome,
+            route: routeAfter(result),
+            error: error === null ? null : withoutPaths(error),
+            finished_at: finishedAt,
+          },
+        });
+        this.o.store.setChangeEventId(id, ev);
+        return ev;
+      });
+    } finally {
+      this.inFlight.delete(id);
+    }
+    if (ev === null) return;
+    const outcomeEvent = ev;
+    const backups = Promise.all(change.deliveries);
+    change.deliveries.push(
+      backups.then(() => this.o.outbox.deliverNow(outcomeEvent, this.o.firstAttemptTimeoutMs)),
+    );
+  }
+
+  /**
+   * Resolves once the change's own first attempts have ended (each bounded by the attempt's time-out), so
+   * a receiver that answers in time has the backup and the outcome by the time the caller learns it.
+   */
+  async delivered(change: RecordedChange): Promise<void> {
+    await Promise.all(change.deliveries);
+  }
+
+  /** Whether change `id` is being applied by this process now. */
+  isInFlight(id: number): boolean {
+    return this.inFlight.has(id);
+  }
+
+  private insert(change: RecordedChange, previous: string | null, now: string): number {
+    return this.o.store.insert({
+      operation: change.about.operation,
+      route_id: change.about.route_id,
+      previous,
+      requested: change.op.kind === "delete" ? null : JSON.stringify(change.op.route),
+      requested_at: now,
+      request_id: change.about.request_id,
+      restored_from: change.about.restored_from ?? null,
+    });
+  }
+}

@@ -1,0 +1,272 @@
+import type { Logger } from "pino";
+import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
+import type { CaddyRoutes, RoutesState } from "./caddy-routes.js";
+import { type Op, type Plan, plan, type RouteJson } from "./plan.js";
+import { sameRoute } from "./streams.js";
+
+export type WriteFailure =
+  | { kind: "exists" | "not_found" }
+  /** Caddy could not be reached; nothing was changed. */
+  | { kind: "unavailable"; message: string }
+  /** Caddy refused the new config and kept the old one. */
+  | { kind: "rejected"; message: string }
+  /** The change failed after Caddy may have changed, and the captured state was put back. */
+  | { kind: "rolled_back"; message: string }
+  /** The change failed and putting the captured state back failed too. */
+  | { kind: "rollback_failed"; message: string }
+  /** Capturing the state it replaces failed, so the change was dropped before Caddy was touched. */
+  | { kind: "capture_failed"; message: string };
+
+/**
+ * How a change ended. `batchSize`: how many changes went to Caddy in the same config write as this one
+ * (the last write that carried it), 0 when it never reached Caddy (a 404/409, Caddy unreachable).
+ */
+export type ChangeResult = (
+  | { ok: true; previous: RouteJson | null; route: RouteJson | null }
+  | { ok: false; previous: RouteJson | null; failure: WriteFailure }
+) & { batchSize: number };
+
+/** What the writer needs of a change: the operation. The journal's changes carry their record besides. */
+export interface WriterChange {
+  readonly op: Op;
+}
+
+/**
+ * Records the state a change replaces before Caddy is touched. Called for every change a plan will apply,
+ * again for a change planned anew (see `WriteSteps.run`); a throw drops that change alone.
+ */
+export interface Capture<C extends WriterChange> {
+  capture(change: C, previous: RouteJson | null): void;
+}
+
+/** A queued change and how it is answered. */
+export interface Pending<C extends WriterChange> {
+  change: C;
+  answer: (r: ChangeResult) => void;
+  batchSize: number;
+  previous: RouteJson | null;
+}
+
+/** Changes taken to Caddy together, and whether an If-Match failure may still re-read and re-apply them. */
+interface Step<C extends WriterChange> {
+  changes: Pending<C>[];
+  mayRetry: boolean;
+}
+
+/**
+ * Takes one batch of changes to Caddy and answers every change in it. The batch starts as one step; a step
+ * that cannot answer its changes yet puts them back at the front: to plan them again on a fresh read (the
+ * cached routes may be stale, or If-Match failed), or as two halves when Caddy refused them together, so
+ * each half is answered before the next step starts. Every step plans its changes against what Caddy holds
+ * and captures, before writing, the state each applied change replaces (see `captureAll`).
+ */
+export class WriteSteps<C extends WriterChange> {
+  private wrote = false;
+
+  constructor(
+    private readonly caddy: CaddyRoutes,
+    private readonly journal: Capture<C>,
+    private readonly log: Logger,
+  ) {}
+
+  /** Answers every change of `batch`; true when it wrote to Caddy (the routes' new ETag is then unknown). */
+  async run(batch: Pending<C>[]): Promise<boolean> {
+    this.wrote = false;
+    const steps: Step<C>[] = [{ changes: batch, mayRetry: true }];
+    for (let step = steps.shift(); step !== undefined; step = steps.shift())
+      steps.unshift(...(await this.step(step)));
+    return this.wrote;
+  }
+
+  /** One step; returns the steps it leaves to do (none once its changes are answered). */
+  private async step({ changes, mayRetry }: Step<C>): Promise<Step<C>[]> {
+    let known: { state: RoutesState; cached: boolean };
+    let elsewhere: Set<string>;
+    try {
+      known = await this.caddy.current();
+      elsewhere = await this.caddy.idsElsewhere(
+        changes.map((x) => x.change.op),
+        known.state,
+      );
+    } catch (err) {
+      this.caddy.forget();
+      for (const p of changes) answer(p, { ok: false, previous: p.previous, failure: failureOf(err) });
+      return [];
+    }
+    const { state } = known;
+    const first = plan(
+      state.routes,
+      changes.map((x) => x.change.op),
+      elsewhere,
+      state.index,
+    );
+    // A 404 or 409, or a change that changes nothing, never reaches Caddy, so no If-Match would catch a
+    // stale cache: confirm it on a fresh read.
+    if (known.cached && (first.outcomes.some((o) => !o.ok) || changesNothing(first))) {
+      this.caddy.forget();
+      return [{ changes, mayRetry }];
+    }
+    const { live, p } = this.captureAll(changes, state, elsewhere, first);
+    // Every reload closes idle keep-alive connections (and, without stream_close_delay, streams): a
+    // change that leaves every route as Caddy holds it is answered without one.
+    if (p.applied.length === 0 || changesNothing(p)) {
+      settle(live, p);
+      return [];
+    }
+    return this.write(live, p, state, mayRetry);
+  }
+
+  /** Writes a captured plan and answers its changes, or says what is left to do. */
+  private async write(
+    live: Pending<C>[],
+    p: Plan,
+    state: RoutesState,
+    mayRetry: boolean,
+  ): Promise<Step<C>[]> {
+    for (const a of p.applied) {
+      const pending = live[a.index];
+      if (pending) pending.batchSize = p.applied.length;
+    }
+    const written = await this.caddy.write(state, p);
+    switch (written.kind) {
+      case "stale":
+        if (mayRetry) return [{ changes: live, mayRetry: false }];
+        failApplied(live, p, {
+          kind: "unavailable",
+          message: "Caddy's config kept changing under the agent (If-Match failed twice)",
+        });
+        return [];
+      case "refused":
+        if (p.applied.length > 1) return halves(live, p).map((h) => ({ changes: h, mayRetry: true }));
+        failApplied(live, p, { kind: "rejected", message: written.message });
+        return [];
+      case "not_sent":
+        failApplied(live, p, { kind: "unavailable", message: written.message });
+        return [];
+      case "uncertain":
+        failApplied(live, p, await this.restore(state, `the change did not complete: ${written.message}`));
+        return [];
+      case "written":
+        // Verified by Caddy's answer (see CaddyRoutes.written).
+        this.caddy.written(p);
+        this.wrote = true;
+        settle(live, p);
+        return [];
+    }
+  }
+
+  /**
+   * Captures, through the journal, the state every change of plan `first` that will apply replaces; plans
+   * again without the changes whose capture failed, until none fails. A change planned anew in a later step
+   * (a fresh read, an If-Match failure, a refused batch split in two) is captured again: the journal records
+   * a new backup, and sends it as a new `route_backup`, only when the state it replaces differs from the
+   * one it captured before; its outcome and `route_change` follow once it is answered, whatever step that is.
+   */
+  private captureAll(
+    changes: Pending<C>[],
+    state: RoutesState,
+    elsewhere: Set<string>,
+    first: Plan,
+  ): { live: Pending<C>[]; p: Plan } {
+    let live = changes;
+    for (let p = first; ; ) {
+      const dropped: Pending<C>[] = [];
+      live.forEach((pending, i) => {
+        const outcome = p.outcomes[i];
+        pending.previous = outcome?.ok ? outcome.previous : null;
+        if (!outcome?.ok) return;
+        try {
+          this.journal.capture(pending.change, outcome.previous);
+        } catch (err) {
+          dropped.push(pending);
+          answer(pending, {
+            ok: false,
+            previous: outcome.previous,
+            failure: { kind: "capture_failed", message: (err as Error).message },
+          });
+        }
+      });
+      if (dropped.length === 0) return { live, p };
+      live = live.filter((x) => !dropped.includes(x));
+      p = plan(
+        state.routes,
+        live.map((x) => x.change.op),
+        elsewhere,
+        state.index,
+      );
+    }
+  }
+
+  /** Puts the captured routes back after a change failed; the failure says whether that worked. */
+  private async restore(before: RoutesState, why: string): Promise<WriteFailure> {
+    this.log.warn({ why }, "route change failed; restoring the captured state");
+    try {
+      await this.caddy.restore(before);
+      return { kind: "rolled_back", message: `${why}; the previous routes were restored` };
+    } catch (err) {
+      this.log.error({ err, why }, "restoring the captured routes failed");
+      return {
+        kind: "rollback_failed",
+        message: `${why}; restoring the previous routes failed too: ${(err as Error).message}`,
+      };
+    }
+  }
+}
+
+/** A result as the steps produce it; `answer` adds the batch size. */
+type Answer = DistributiveOmit<ChangeResult, "batchSize">;
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+
+function answer<C extends WriterChange>(pending: Pending<C>, r: Answer): void {
+  pending.answer({ ...r, batchSize: pending.batchSize });
+}
+
+/** Every change gets its planned outcome. */
+function settle<C extends WriterChange>(live: Pending<C>[], p: Plan): void {
+  live.forEach((pending, i) => {
+    const o = p.outcomes[i];
+    if (!o) return;
+    if (o.ok) answer(pending, { ok: true, previous: o.previous, route: o.route });
+    else answer(pending, { ok: false, previous: null, failure: { kind: o.reason } });
+  });
+}
+
+/** The applied changes fail with `failure`; the others keep their planned 404/409. */
+function failApplied<C extends WriterChange>(live: Pending<C>[], p: Plan, failure: WriteFailure): void {
+  live.forEach((pending, i) => {
+    const o = p.outcomes[i];
+    if (!o) return;
+    if (o.ok) answer(pending, { ok: false, previous: o.previous, failure });
+    else answer(pending, { ok: false, previous: null, failure: { kind: o.reason } });
+  });
+}
+
+/**
+ * Splits a batch Caddy refused in two, so only the changes it refuses on their own fail. Changes that did
+ * not apply (404/409) are re-planned with their neighbours: the cut falls between applied ones.
+ */
+function halves<C extends WriterChange>(live: Pending<C>[], p: Plan): [Pending<C>[], Pending<C>[]] {
+  const appliedIdx = new Set(p.applied.map((a) => a.index));
+  const positions = live.map((_, i) => i).filter((i) => appliedIdx.has(i));
+  const cut = positions[Math.floor(positions.length / 2)] ?? Math.ceil(live.length / 2);
+  return [live.slice(0, cut), live.slice(cut)];
+}
+
+/** Whether every applied change of the plan puts back a route exactly as Caddy holds it. */
+function changesNothing(p: Plan): boolean {
+  return (
+    p.applied.length > 0 &&
+    p.applied.every(({ index, op }) => {
+      const o = p.outcomes[index];
+      return op.kind !== "delete" && o?.ok === true && o.previous !== null && sameRoute(o.previous, o.route);
+    })
+  );
+}
+
+/** A read that failed before anything was written: Caddy unreachable, or answering with an error. */
+export function failureOf(err: unknown): WriteFailure {
+  if (err instanceof CaddyUnavailableError) return { kind: "unavailable", message: err.message };
+  if (err instanceof CaddyApiError)
+    return { kind: "unavailable", message: `Caddy answered ${err.status}: ${err.message}` };
+  return { kind: "unavailable", message: (err as Error).message };
+}
