@@ -1,9 +1,11 @@
-import { pipeline, type Readable, Transform } from "node:stream";
-import { deflateRawSync, inflateRawSync } from "node:zlib";
+import type { Readable } from "node:stream";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { collectWhenIdle } from "../util/idle-gc.js";
+import { managedServerCreation } from "./managed-server.js";
 import { indexRoutes, type Op, opId, type Plan, type RouteJson, type RoutesIndex } from "./plan.js";
+import { PARSED_KEPT_MS, RoutesCache, routesStateOf } from "./routes-cache.js";
+import { readAll, routesBody } from "./routes-stream.js";
 
 export interface RoutesState {
   /** False when the managed server does not exist yet. */
@@ -41,20 +43,6 @@ export interface CaddyRoutesOptions {
   parsedKeptMs?: number;
 }
 
-/** Bytes up to which a routes answer Caddy sized is read whole rather than streamed. */
-const SMALL_ANSWER = 64 * 1024;
-
-/**
- * How long routes parsed for the next change are kept after the last read; then only Caddy's text is,
- * compressed (15 MB parsed and 5 MB of text at 20,000 routes; 134 KB compressed, in 8 ms), inflated and
- * parsed again by the next change (about 12 + 80 ms at 20,000 routes, against over a second for Caddy to
- * apply a change there).
- */
-const PARSED_KEPT_MS = 10_000;
-
-/** Text up to this size is kept as it is when the agent goes idle; compressing it would save little. */
-const KEPT_PLAIN = 64 * 1024;
-
 /** Connection errors that prove the request never reached Caddy. */
 const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
 
@@ -67,19 +55,12 @@ export class CaddyRoutes {
   private readonly routesPath: string;
   private readonly serverPath: string;
   /**
-   * The routes as of the last read or verified write; dropped whenever it may be stale. After a refresh it
-   * holds the text Caddy sent, parsed when the next change needs it.
-   */
-  private cache:
-    | RoutesState
-    | { text: string; etag: string }
-    | { deflated: Buffer; etag: string }
-    | undefined;
-  /**
    * Where each route id was in the routes last parsed or written: a hint for reading one route. The `first`
    * map of the last parsed state's index, then kept up to date by `written` (that state is dropped by then).
    */
   private positions = new Map<string, number>();
+  /** The routes as of the last read or verified write; dropped whenever it may be stale. */
+  private readonly cache: RoutesCache;
   /** A read of all routes for `route` under way, and the generation it started in. */
   private reading: { generation: number; routes: Promise<RouteJson[]> } | undefined;
   /** Counts the agent's writes to the routes. */
@@ -90,6 +71,9 @@ export class CaddyRoutes {
     private readonly opts: CaddyRoutesOptions,
   ) {
     this.serverPath = `/config/apps/http/servers/${opts.server}`;
+    this.cache = new RoutesCache(opts.parsedKeptMs ?? PARSED_KEPT_MS, (state) => {
+      this.positions = state.index.first;
+    });
     this.routesPath = `${this.serverPath}/routes`;
   }
 
@@ -107,18 +91,7 @@ export class CaddyRoutes {
    */
   async stream(): Promise<Readable | string> {
     const res = await this.admin.stream(this.routesPath);
-    // A small answer Caddy sized (it sizes what fits its first buffer) is read whole, and goes out sized too.
-    const length = Number(res.headers["content-length"] ?? Number.NaN);
-    if (res.status === 200 && length <= SMALL_ANSWER) {
-      const text = await readAll(res.body);
-      return text.trim() === "null" ? "[]" : text;
-    }
-    if (res.status === 200) {
-      // A body Caddy breaks off fails the stream (and so the answer), rather than ending it short.
-      const out = nullAsEmpty();
-      pipeline(res.body, out, () => {});
-      return out;
-    }
+    if (res.status === 200) return routesBody(res.body, Number(res.headers["content-length"] ?? Number.NaN));
     const text = await readAll(res.body);
     if (await this.serverMissing(res.status)) return "[]";
     throw new CaddyApiError(res.status, caddyErrorText({ ...res, text }));
@@ -173,7 +146,7 @@ export class CaddyRoutes {
 
   /** The last known routes, else the routes read now; `cached` says which. */
   async current(): Promise<{ state: RoutesState; cached: boolean }> {
-    const cached = this.cachedState();
+    const cached = this.cache.state();
     if (cached) return { state: cached, cached: true };
     return { state: await this.read(), cached: false };
   }
@@ -181,7 +154,7 @@ export class CaddyRoutes {
   /** Makes the next `current()` read Caddy. */
   forget(): void {
     this.generation++;
-    this.cache = undefined;
+    this.cache.drop();
   }
 
   /**
@@ -190,24 +163,9 @@ export class CaddyRoutes {
    * takes tens of milliseconds; the parsed routes do not show in the idle agent's resident memory).
    */
   async refresh(): Promise<void> {
-    this.cache = undefined;
+    this.cache.drop();
     const res = await this.admin.read(this.routesPath).catch(() => undefined);
-    if (res?.status !== 200 || !res.etag) return;
-    const cached = { text: res.text, etag: res.etag };
-    this.cache = cached;
-    setImmediate(() => {
-      if (this.cache !== cached) return;
-      const parsed = this.cachedState();
-      // Idle: the routes go back to their text, compressed; a change or read since then replaced the cache.
-      setTimeout(() => {
-        if (parsed !== undefined && this.cache === parsed)
-          this.cache =
-            cached.text.length <= KEPT_PLAIN
-              ? cached
-              : { deflated: deflateRawSync(cached.text, { level: 1 }), etag: cached.etag };
-        collectWhenIdle();
-      }, this.opts.parsedKeptMs ?? PARSED_KEPT_MS).unref();
-    });
+    if (res?.status === 200 && res.etag) this.cache.holdText(res.text, res.etag);
   }
 
   /** Ids the creates among `ops` would take that are in use elsewhere in Caddy's config (ids are global there). */
@@ -235,7 +193,7 @@ export class CaddyRoutes {
       // Caddy keeps the previous config when it refuses a change, so the last known state still holds.
       if (err instanceof CaddyApiError && err.status !== 412)
         return { kind: "refused", message: err.message };
-      this.cache = undefined;
+      this.cache.drop();
       if (err instanceof CaddyApiError) return { kind: "stale" };
       const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
       return { kind: NOT_SENT.has(code ?? "") ? "not_sent" : "uncertain", message: (err as Error).message };
@@ -252,7 +210,7 @@ export class CaddyRoutes {
    */
   written(p: Plan): void {
     this.generation++;
-    this.cache = undefined;
+    this.cache.drop();
     const only = p.applied.length === 1 ? p.applied[0] : undefined;
     if (only) {
       // One route came, went or changed: move the positions after it rather than index every route again
@@ -279,7 +237,7 @@ export class CaddyRoutes {
   /** Puts the captured routes back as they were before a change; throws unless they read back that way. */
   async restore(before: RoutesState): Promise<void> {
     this.generation++;
-    this.cache = undefined;
+    this.cache.drop();
     if (!before.serverExists) {
       const now = await this.admin.read(this.serverPath);
       if (now.status === 200 && now.text.trim() !== "null") await this.admin.write("DELETE", this.serverPath);
@@ -292,12 +250,12 @@ export class CaddyRoutes {
     const check = await this.read();
     if (canonicalJson(check.routes) !== canonicalJson(before.routes))
       throw new Error("the routes read back differ from the captured state");
-    this.cache = check;
+    this.cache.set(check);
   }
 
   /** Creates the managed server, without routes, when Caddy's config has none; true when it did. */
   async ensureServer(): Promise<boolean> {
-    this.cache = undefined;
+    this.cache.drop();
     const state = await this.read();
     if (state.serverExists) return false;
     await this.createServer(state, [], state.etag);
@@ -314,7 +272,7 @@ export class CaddyRoutes {
     transform: (route: RouteJson) => RouteJson,
     conforms: (text: string) => boolean = () => false,
   ): Promise<number> {
-    this.cache = undefined;
+    this.cache.drop();
     for (let attempt = 0; ; attempt++) {
       const res = await this.admin.read(this.routesPath);
       if (res.status !== 200 || !res.etag) {
@@ -336,32 +294,6 @@ export class CaddyRoutes {
         if (!(err instanceof CaddyApiError && err.status === 412) || attempt > 0) throw err;
       }
     }
-  }
-
-  /**
-   * Whether `key` of Caddy's HTTP app holds another value than `value`; false when there is no HTTP app (the
-   * agent creates it with the value when it creates the managed server).
-   */
-  async httpAppFieldDiffers(key: string, value: unknown): Promise<boolean> {
-    return (await this.readHttpAppField(key, value)) !== undefined;
-  }
-
-  /** Sets `key` of Caddy's HTTP app to `value` when it holds another (see `httpAppFieldDiffers`); true when it did. */
-  async setHttpAppField(key: string, value: unknown): Promise<boolean> {
-    const etag = await this.readHttpAppField(key, value);
-    if (etag === undefined) return false;
-    // POST sets an object's key whether or not it exists; If-Match keeps it off a concurrent change.
-    await this.admin.write("POST", `/config/apps/http/${key}`, value, etag);
-    return true;
-  }
-
-  /** The ETag to write `key` of the HTTP app with when it differs from `value`; undefined when it need not be. */
-  private async readHttpAppField(key: string, value: unknown): Promise<string | undefined> {
-    const now = await this.admin.read(`/config/apps/http/${key}`);
-    if (now.status === 400 || now.status === 404) return undefined;
-    if (now.status !== 200) throw new CaddyApiError(now.status, caddyErrorText(now));
-    if (canonicalJson(JSON.parse(now.text)) === canonicalJson(value)) return undefined;
-    return now.etag ?? "";
   }
 
   /** Missing intermediate keys read as 400 ("invalid traversal path"); confirm the server is really absent. */
@@ -394,22 +326,6 @@ export class CaddyRoutes {
     throw new CaddyApiError(res.status, caddyErrorText(res));
   }
 
-  /** The cached routes, parsing (and first inflating) a cached read-back text first. */
-  private cachedState(): RoutesState | undefined {
-    const c = this.cache;
-    if (c === undefined || "routes" in c) return c;
-    try {
-      const text = "text" in c ? c.text : inflateRawSync(c.deflated).toString("utf8");
-      this.cache = routesStateOf(text, c.etag);
-      this.positions = this.cache.index.first;
-    } catch {
-      // Text that is not a routes array (parsed on an idle tick, where a throw would stop the agent): no
-      // cache, so the next change reads Caddy afresh and meets any real problem there.
-      this.cache = undefined;
-    }
-    return this.cache;
-  }
-
   /** One request: a targeted write for a single change, the whole routes array for a batch. */
   private async send(state: RoutesState, p: Plan): Promise<void> {
     const ifMatch = state.etag;
@@ -426,66 +342,8 @@ export class CaddyRoutes {
   }
 
   /** Creates the managed server (and any missing parents) holding `routes`, listening on the configured addresses. */
-  private async createServer(state: RoutesState, routes: RouteJson[], ifMatch: string): Promise<void> {
-    const chain = ["apps", "http", "servers", this.opts.server];
-    let value: unknown = { listen: [...this.opts.listen], routes };
-    let node: unknown = state.config;
-    let depth = 0;
-    while (
-      depth < chain.length &&
-      node &&
-      typeof node === "object" &&
-      (chain[depth] as string) in (node as object)
-    ) {
-      node = (node as Record<string, unknown>)[chain[depth] as string];
-      depth++;
-    }
-    for (let i = chain.length - 1; i > depth; i--)
-      value = { ...(chain[i - 1] === "http" ? this.opts.httpApp : {}), [chain[i] as string]: value };
-    if (state.config === null || state.config === undefined) {
-      return this.admin.write("POST", "/config/", { [chain[0] as string]: value }, ifMatch);
-    }
-    const parent = chain.slice(0, depth).join("/");
-    return this.admin.write("POST", `/config/${parent ? `${parent}/` : ""}${chain[depth]}`, value, ifMatch);
+  private createServer(state: RoutesState, routes: RouteJson[], ifMatch: string): Promise<void> {
+    const { path, value } = managedServerCreation(state.config, this.opts, routes);
+    return this.admin.write("POST", path, value, ifMatch);
   }
-}
-
-/** The state of an existing server from Caddy's answer for its routes path (`null` when it has no routes key). */
-function routesStateOf(text: string, etag: string): RoutesState {
-  const parsed = JSON.parse(text) as RouteJson[] | null;
-  const routes = parsed ?? [];
-  return { serverExists: true, routesPresent: parsed !== null, routes, index: indexRoutes(routes), etag };
-}
-
-/** Reads a stream to its end as UTF-8 text. */
-async function readAll(body: Readable): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const c of body) chunks.push(c as Buffer);
-  return Buffer.concat(chunks).toString("utf8");
-}
-
-/**
- * Passes Caddy's answer for the routes path through unchanged, except `null` (a server without a routes
- * key), which becomes `[]`. Only the first bytes are looked at.
- */
-function nullAsEmpty(): Transform {
-  let decided: "pass" | "null" | undefined;
-  let head = "";
-  return new Transform({
-    transform(chunk: Buffer, _enc, done) {
-      if (decided === "pass") return done(null, chunk);
-      if (decided === "null") return done();
-      head += chunk.toString("latin1");
-      const first = head.trimStart();
-      if (first === "") return done();
-      decided = first[0] === "n" ? "null" : "pass";
-      if (decided === "null") return done();
-      const out = Buffer.from(head, "latin1");
-      head = "";
-      done(null, out);
-    },
-    flush(done) {
-      done(null, decided === "null" ? "[]" : head === "" ? undefined : Buffer.from(head, "latin1"));
-    },
-  });
 }

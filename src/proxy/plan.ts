@@ -39,17 +39,6 @@ export function routeShadows(route: RouteJson, host: string): boolean {
   });
 }
 
-/**
- * Where a new route for `hosts` goes: before the first existing route that would otherwise take its
- * requests (a catch-all, or a wildcard that covers it), else at the end.
- */
-export function insertionIndex(routes: readonly RouteJson[], route: RouteJson): number {
-  const hosts = hostsOf(route);
-  if (hosts.length === 0) return routes.length;
-  const i = routes.findIndex((r) => hosts.some((h) => routeShadows(r, h)));
-  return i === -1 ? routes.length : i;
-}
-
 const hostsOf = (route: RouteJson): string[] => route.match?.flatMap((m) => m.host ?? []) ?? [];
 
 /**
@@ -145,90 +134,107 @@ export function plan(
   existsElsewhere: ReadonlySet<string>,
   index: RoutesIndex = indexRoutes(current),
 ): Plan {
-  const routes = [...current];
-  const outcomes: PlanOutcome[] = [];
-  const applied: Plan["applied"] = [];
-  const newHosts = new Set(
-    ops
-      .flatMap((op) => (op.kind === "create" || op.kind === "put" ? hostsOf(op.route) : []))
-      .map((h) => h.toLowerCase()),
-  );
-  // The routes that may shadow a new one: those for any host, and those holding one of the new hosts.
-  const candidates = new Set<RouteJson>();
-  const add = (i: number) => {
-    const r = current[i];
-    if (r) candidates.add(r);
-  };
-  index.anyHost.forEach(add);
-  for (const h of newHosts) {
-    const at = index.byHost.get(h);
-    if (typeof at === "number") add(at);
-    else at?.forEach(add);
-  }
-  // The first route holding each id the ops touched (null: none any more); other ids are looked up in the index.
-  const touched = new Map<string, RouteJson | null>();
-  const firstWithId = (id: string): RouteJson | undefined => {
-    const t = touched.get(id);
-    if (t !== undefined) return t ?? undefined;
-    const at = index.first.get(id);
-    return at === undefined ? undefined : current[at];
-  };
-  const indexOfId = (id: string) => {
-    const r = firstWithId(id);
-    return r === undefined ? -1 : routes.indexOf(r);
-  };
-  ops.forEach((op, index) => {
-    const insert = (route: RouteJson & { "@id": string }) => {
-      const pos = placement(routes, route, candidates);
-      routes.splice(pos, 0, route);
-      if (mayShadow(route, newHosts)) candidates.add(route);
-      if (firstWithId(route["@id"]) === undefined) touched.set(route["@id"], route);
-      outcomes.push({ ok: true, previous: null, route });
-      applied.push({ index, op, at: pos, wasPresent: false });
-    };
-    const replaceAt = (at: number, route: RouteJson & { "@id": string }) => {
-      const previous = routes[at] ?? null;
-      routes[at] = route;
-      if (mayShadow(route, newHosts)) candidates.add(route);
-      touched.set(route["@id"], route);
-      outcomes.push({ ok: true, previous, route });
-      applied.push({ index, op, at, wasPresent: true });
-    };
-    const id = opId(op);
-    const at = indexOfId(id);
-    switch (op.kind) {
-      case "create": {
-        if (at !== -1 || existsElsewhere.has(id)) {
-          outcomes.push({ ok: false, reason: "exists" });
-          return;
-        }
-        insert(op.route);
-        return;
-      }
-      case "put": {
-        if (at === -1) insert(op.route);
-        else replaceAt(at, op.route);
-        return;
-      }
-      case "replace": {
-        if (at === -1) outcomes.push({ ok: false, reason: "not_found" });
-        else replaceAt(at, op.route);
-        return;
-      }
-      case "delete": {
-        if (at === -1) {
-          outcomes.push({ ok: false, reason: "not_found" });
-          return;
-        }
-        const previous = routes[at] ?? null;
-        routes.splice(at, 1);
-        // Caddy before 2.11.2 accepts one id twice: the next route holding it is then the first.
-        touched.set(id, routes.find((r) => r["@id"] === id) ?? null);
-        outcomes.push({ ok: true, previous, route: null });
-        applied.push({ index, op, at, wasPresent: true });
-        return;
-      }
-    }
+  const planning = new Planning(current, ops, index);
+  ops.forEach((op, i) => {
+    planning.apply(op, i, existsElsewhere);
   });
-  return { routes, outcomes, applied };
+  return { routes: planning.routes, outcomes: planning.outcomes, applied: planning.applied };
+}
+
+/** One plan under way: the routes as the ops so far left them, and what each op did. */
+class Planning {
+  readonly routes: RouteJson[];
+  readonly outcomes: PlanOutcome[] = [];
+  readonly applied: Plan["applied"] = [];
+  /** The hosts the ops' new routes are for (lowercase). */
+  private readonly newHosts: Set<string>;
+  /** The routes that may shadow a new one: those for any host, and those holding one of the new hosts. */
+  private readonly candidates = new Set<RouteJson>();
+  /** The first route holding each id the ops touched (null: none any more); others are in the index. */
+  private readonly touched = new Map<string, RouteJson | null>();
+
+  constructor(
+    private readonly current: readonly RouteJson[],
+    ops: readonly Op[],
+    private readonly index: RoutesIndex,
+  ) {
+    this.routes = [...current];
+    this.newHosts = new Set(
+      ops
+        .flatMap((op) => (op.kind === "create" || op.kind === "put" ? hostsOf(op.route) : []))
+        .map((h) => h.toLowerCase()),
+    );
+    const add = (i: number) => {
+      const r = current[i];
+      if (r) this.candidates.add(r);
+    };
+    index.anyHost.forEach(add);
+    for (const h of this.newHosts) {
+      const at = index.byHost.get(h);
+      if (typeof at === "number") add(at);
+      else at?.forEach(add);
+    }
+  }
+
+  apply(op: Op, index: number, existsElsewhere: ReadonlySet<string>): void {
+    const id = opId(op);
+    const at = this.indexOfId(id);
+    switch (op.kind) {
+      case "create":
+        if (at !== -1 || existsElsewhere.has(id)) this.outcomes.push({ ok: false, reason: "exists" });
+        else this.insert(op, index, op.route);
+        return;
+      case "put":
+        if (at === -1) this.insert(op, index, op.route);
+        else this.replaceAt(op, index, at, op.route);
+        return;
+      case "replace":
+        if (at === -1) this.outcomes.push({ ok: false, reason: "not_found" });
+        else this.replaceAt(op, index, at, op.route);
+        return;
+      case "delete":
+        if (at === -1) this.outcomes.push({ ok: false, reason: "not_found" });
+        else this.remove(op, index, at, id);
+        return;
+    }
+  }
+
+  private insert(op: Op, index: number, route: RouteJson & { "@id": string }): void {
+    const pos = placement(this.routes, route, this.candidates);
+    this.routes.splice(pos, 0, route);
+    if (mayShadow(route, this.newHosts)) this.candidates.add(route);
+    if (this.firstWithId(route["@id"]) === undefined) this.touched.set(route["@id"], route);
+    this.outcomes.push({ ok: true, previous: null, route });
+    this.applied.push({ index, op, at: pos, wasPresent: false });
+  }
+
+  private replaceAt(op: Op, index: number, at: number, route: RouteJson & { "@id": string }): void {
+    const previous = this.routes[at] ?? null;
+    this.routes[at] = route;
+    if (mayShadow(route, this.newHosts)) this.candidates.add(route);
+    this.touched.set(route["@id"], route);
+    this.outcomes.push({ ok: true, previous, route });
+    this.applied.push({ index, op, at, wasPresent: true });
+  }
+
+  private remove(op: Op, index: number, at: number, id: string): void {
+    const previous = this.routes[at] ?? null;
+    this.routes.splice(at, 1);
+    // Caddy before 2.11.2 accepts one id twice: the next route holding it is then the first.
+    this.touched.set(id, this.routes.find((r) => r["@id"] === id) ?? null);
+    this.outcomes.push({ ok: true, previous, route: null });
+    this.applied.push({ index, op, at, wasPresent: true });
+  }
+
+  private firstWithId(id: string): RouteJson | undefined {
+    const t = this.touched.get(id);
+    if (t !== undefined) return t ?? undefined;
+    const at = this.index.first.get(id);
+    return at === undefined ? undefined : this.current[at];
+  }
+
+  private indexOfId(id: string): number {
+    const r = this.firstWithId(id);
+    return r === undefined ? -1 : this.routes.indexOf(r);
+  }
 }

@@ -2,6 +2,7 @@ import type { Readable } from "node:stream";
 import type { Logger } from "pino";
 import type { CaddyAdmin } from "../caddy/admin.js";
 import type { Metrics } from "../metrics/metrics.js";
+import { CaddyHttpApp } from "./caddy-http-app.js";
 import { CaddyRoutes, type CaddyRoutesOptions } from "./caddy-routes.js";
 import type { RouteJson } from "./plan.js";
 import {
@@ -50,6 +51,7 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
   /** Work that needs the routes to itself (see `exclusive`), run between batches. */
   private readonly chores: (() => Promise<void>)[] = [];
   private readonly caddy: CaddyRoutes;
+  private readonly httpApp: CaddyHttpApp;
   private readonly steps: WriteSteps<C>;
   private readonly maxBatch: number;
 
@@ -58,6 +60,7 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     private readonly opts: WriterOptions<C>,
   ) {
     this.caddy = new CaddyRoutes(admin, opts);
+    this.httpApp = new CaddyHttpApp(admin);
     this.steps = new WriteSteps(this.caddy, opts.journal, opts.log);
     this.maxBatch = opts.maxBatch ?? 500;
   }
@@ -101,7 +104,7 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     const { httpApp } = c;
     const [text, httpAppDiffers] = await Promise.all([
       this.caddy.text(),
-      httpApp === undefined ? false : this.caddy.httpAppFieldDiffers(httpApp.key, httpApp.value),
+      httpApp === undefined ? false : this.httpApp.fieldDiffers(httpApp.key, httpApp.value),
     ]);
     if (c.routesConform(text) && !httpAppDiffers) return { routes: 0, httpApp: false };
     return this.exclusive(async () => ({
@@ -109,7 +112,7 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
         (r) => c.conformRoute(r),
         (t) => c.routesConform(t),
       ),
-      httpApp: httpApp !== undefined && (await this.caddy.setHttpAppField(httpApp.key, httpApp.value)),
+      httpApp: httpApp !== undefined && (await this.httpApp.setField(httpApp.key, httpApp.value)),
     }));
   }
 

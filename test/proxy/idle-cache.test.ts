@@ -30,7 +30,7 @@ test("routes kept compressed while the agent is idle serve the next change witho
   assert.equal(first.ok, true);
   await writer.whenIdle();
   // The routes read after that change were parsed, kept 50 ms, and are now held compressed.
-  const cache = () => (writer as unknown as { caddy: { cache?: object } }).caddy.cache;
+  const cache = () => (writer as unknown as { caddy: { cache: { held?: object } } }).caddy.cache.held;
   for (let i = 0; i < 100 && !(cache() && "deflated" in (cache() as object)); i++)
     await new Promise((r) => setTimeout(r, 20));
   assert.ok(cache() && "deflated" in (cache() as object), "the idle routes are held compressed");

@@ -3,8 +3,24 @@ import { describe, test } from "node:test";
 import fc from "fast-check";
 import { DenyList } from "../../src/events/egress.js";
 import { signWebhook } from "../../src/events/signing.js";
-import { insertionIndex, type Op, opId, plan, type RouteJson } from "../../src/proxy/plan.js";
+import { type Op, opId, plan, type RouteJson, routeShadows } from "../../src/proxy/plan.js";
 import { caddyDuration, withStreamCloseDelay } from "../../src/proxy/streams.js";
+
+/**
+ * Where one route-by-route scan puts a new route: before the first existing route that would otherwise
+ * take its requests (a catch-all, or a wildcard that covers it), else at the end. The reference the
+ * indexed plan is checked against.
+ */
+function insertionIndex(routes: readonly RouteJson[], route: RouteJson): number {
+  const hosts = route.match?.flatMap((m) => m.host ?? []) ?? [];
+  if (hosts.length === 0) return routes.length;
+  const i = routes.findIndex((r) => hosts.some((h) => routeShadows(r, h)));
+  return i === -1 ? routes.length : i;
+}
+
+/** Where the plan puts `route`, created among `routes`. */
+const placed = (routes: RouteJson[], route: RouteJson & { "@id": string }) =>
+  plan(routes, [{ kind: "create", route }], new Set()).applied[0]?.at;
 
 test("placement: before catch-alls and covering wildcards, else appended", () => {
   const r = (id: string, hosts?: string[]): RouteJson => ({
@@ -12,13 +28,13 @@ test("placement: before catch-alls and covering wildcards, else appended", () =>
     ...(hosts ? { match: [{ host: hosts }] } : {}),
   });
   const routes = [r("x.test", ["x.test"]), r("*.shop.test", ["*.shop.test"]), r("catch-all")];
-  assert.equal(insertionIndex(routes, r("a.shop.test", ["a.shop.test"])), 1);
-  assert.equal(insertionIndex(routes, r("y.test", ["y.test"])), 2);
-  assert.equal(insertionIndex(routes.slice(0, 2), r("y.test", ["y.test"])), 2);
+  assert.equal(placed(routes, r("a.shop.test", ["a.shop.test"]) as RouteJson & { "@id": string }), 1);
+  assert.equal(placed(routes, r("y.test", ["y.test"]) as RouteJson & { "@id": string }), 2);
+  assert.equal(placed(routes.slice(0, 2), r("y.test", ["y.test"]) as RouteJson & { "@id": string }), 2);
   assert.equal(
-    insertionIndex(
+    placed(
       [r("p", undefined)].map((x) => ({ ...x, match: [{ path: ["/api"] }] })),
-      r("z.test", ["z.test"]),
+      r("z.test", ["z.test"]) as RouteJson & { "@id": string },
     ),
     0,
   );
