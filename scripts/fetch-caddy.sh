@@ -43,7 +43,7 @@ opts=(-o "Dir::Etc::sourcelist=$work/sources.list" -o "Dir::Etc::sourceparts=$wo
   -o "APT::Sandbox::User=root")
 apt-get -qq "${opts[@]}" update
 if ! (cd "$work" && apt-get -qq "${opts[@]}" download "caddy=$CADDY_VERSION"); then
-  echo "fetch-caddy: $CADDY_SUITE no longer has caddy $CADDY_VERSION; move the pin in scripts/caddy.env (README: Moving the Caddy pin)" >&2
+  echo "fetch-caddy: $CADDY_SUITE no longer has caddy $CADDY_VERSION; move the pin in scripts/caddy.env (docs/install.md: Moving the Caddy pin)" >&2
   exit 1
 fi
 deb=$(ls "$work"/caddy_*.deb)

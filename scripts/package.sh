@@ -3,7 +3,7 @@
 # hostkeeper-<version>-1.x86_64.rpm (version from package.json) with the same files, under dist/packages/, and
 # prints their paths, one per line (everything else goes to stderr). Self-contained: the agent compiled
 # without its tests, production npm packages built against the bundled Node, the pinned Node binary and the
-# pinned Caddy (scripts/caddy.env). README.md ("Packages") describes what gets installed where.
+# pinned Caddy (scripts/caddy.env). docs/install.md ("What goes where") says what gets installed where.
 #
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,7 +15,7 @@ die() {
   exit 1
 }
 
-[ "$(uname -m)" = x86_64 ] || die "builds amd64/x86_64 packages only, on an x86_64 machine (README: Packages, arm64)"
+[ "$(uname -m)" = x86_64 ] || die "builds amd64/x86_64 packages only, on an x86_64 machine (docs/install.md: arm64)"
 for tool in dpkg-deb dpkg-shlibdeps rpmbuild strip gzip; do
   command -v "$tool" >/dev/null || die "$tool is missing: run scripts/install.sh --test"
 done

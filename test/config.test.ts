@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { readmeWithTable } from "../scripts/config-table.js";
+import { CONFIG_PAGE, pageWithTable } from "../scripts/config-table.js";
 import { ConfigError } from "../src/config.js";
 import { projectRoot } from "../src/paths.js";
 import { allSettings, loadConfig } from "../src/settings.js";
@@ -65,12 +65,12 @@ test("every setting has a distinct HOSTKEEPER_ variable and file key", () => {
   for (const x of s) assert.match(x.env, /^HOSTKEEPER_[A-Z0-9_]+$/);
 });
 
-test("the README's configuration table is the one generated from the settings", () => {
-  const readme = readFileSync(join(projectRoot(), "README.md"), "utf8");
+test("the configuration page's settings table is the one generated from the settings", () => {
+  const page = readFileSync(join(projectRoot(), CONFIG_PAGE), "utf8");
   assert.equal(
-    readme,
-    readmeWithTable(readme),
-    "run `npm run build && npm run docs:config` and commit README.md",
+    page,
+    pageWithTable(page),
+    `run \`npm run build && npm run docs:config\` and commit ${CONFIG_PAGE}`,
   );
 });
 
