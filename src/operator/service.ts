@@ -2,18 +2,23 @@ import { createHash } from "node:crypto";
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import { callbackUrlProblem, type DenyList } from "../events/egress.js";
 import type { Outbox } from "../events/outbox.js";
-import { ApiError, type FieldError, validationFailed } from "../http/errors.js";
 import type { Metrics } from "../metrics/metrics.js";
 import type { RouteService } from "../proxy/service.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
 import { canonicalJson } from "../util/canonical-json.js";
+import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
 import { fs } from "../util/node-builtins.js";
 import { settledWithin, sleep } from "../util/timers.js";
 import { CrashMonitor } from "./crash-monitor.js";
 import { checksumFor, Downloader, hashFile } from "./download.js";
+import {
+  OperatorNotConfiguredError,
+  RunningInstanceUnavailableError,
+  UpdateIdConflictError,
+  UpdateInProgressError,
+} from "./errors.js";
 import { type UpdateErrorCode, UpdateFailure } from "./failure.js";
 import { moveIntoPlace } from "./files.js";
 import { checkHealth, Instances, isRunning } from "./instances.js";
@@ -43,7 +48,6 @@ export interface OperatorServiceOptions {
   db: Db;
   outbox: Outbox;
   routes: RouteService;
-  deny: DenyList;
   config: AppConfig["operator"];
   dataDir: string;
   log: Logger;
@@ -178,24 +182,21 @@ export class OperatorService {
     await settledWithin(Promise.all([background, this.job]), this.o.config.stopTimeoutMs + 5000);
   }
 
-  /** POST /v1/operator/update: starts an update, or answers a repeated request with its current status. */
-  request(body: OperatorUpdateRequest): UpdateStatus {
-    if (this.routeId === undefined)
-      throw new ApiError(
-        "operator_not_configured",
-        "the operator's domain (HOSTKEEPER_OPERATOR_DOMAIN) is not configured, so there is no route to switch",
-      );
-    const errors: FieldError[] = [];
-    const callbackProblem = callbackUrlProblem(body.callback_url, this.o.deny);
-    if (callbackProblem) errors.push({ field: "body.callback_url", message: callbackProblem });
-    const source = body.artifact_source ?? this.o.config.communitySource;
-    const sourceIssue =
-      source === undefined
-        ? "is required: no community source is configured (HOSTKEEPER_OPERATOR_COMMUNITY_SOURCE)"
-        : sourceProblem(source, this.o.config.allowHttp);
-    if (sourceIssue) errors.push({ field: "body.artifact_source", message: sourceIssue });
-    if (errors.length > 0 || source === undefined) throw validationFailed(errors);
+  /**
+   * What is wrong with a request that the domain can tell (its release source), before anything starts; the
+   * caller adds its own findings, so one answer names every bad field. Throws when no update can run at all.
+   */
+  inputIssues(body: OperatorUpdateRequest): InputIssue[] {
+    this.requireConfigured();
+    const source = this.sourceOf(body);
+    return typeof source === "string" ? [] : [source];
+  }
 
+  /** Starts an update, or answers a repeated request with its current status. */
+  request(body: OperatorUpdateRequest): UpdateStatus {
+    this.requireConfigured();
+    const source = this.sourceOf(body);
+    if (typeof source !== "string") throw new InvalidInputError([source]);
     const checksum = normalizeChecksum(body.checksum);
     const request = canonicalJson({
       callback_url: body.callback_url,
@@ -204,23 +205,13 @@ export class OperatorService {
       artifact_source: body.artifact_source ?? null,
       checksum: checksum ?? null,
     });
-    const existing = this.store.get(body.update_process_id);
+    const existing = this.store.find(body.update_process_id);
     if (existing) {
       if (existing.request === request) return this.store.status(existing);
-      throw new ApiError(
-        "update_id_conflict",
-        `update ${body.update_process_id} was requested before with a different body`,
-      );
+      throw new UpdateIdConflictError(body.update_process_id);
     }
     const running = this.store.running();
-    if (running)
-      throw new ApiError(
-        "update_in_progress",
-        `update ${running.id} is in progress; try again when it ends`,
-        {
-          extensions: { update_process_id: running.id },
-        },
-      );
+    if (running) throw new UpdateInProgressError(running.id);
     const row = this.store.create({
       id: body.update_process_id,
       request,
@@ -234,22 +225,18 @@ export class OperatorService {
   }
 
   status(id: string): UpdateStatus {
-    const row = this.store.get(id);
-    if (!row) throw new ApiError("update_not_found", `no update process with id ${id}`);
-    return this.store.status(row);
+    return this.store.status(this.store.get(id));
   }
 
   async runningInstance(): Promise<RunningInstance> {
     const a = this.store.active();
     if (!a?.version || !a.update_id || a.port === null || a.pid === null || !isRunning(a))
-      throw new ApiError(
-        "running_instance_unavailable",
+      throw new RunningInstanceUnavailableError(
         a?.version ? `the active ${a.slot} instance is not running` : "no operator instance is installed",
       );
     const ok = await this.healthy(a.port);
     if (!ok)
-      throw new ApiError(
-        "running_instance_unavailable",
+      throw new RunningInstanceUnavailableError(
         `the active ${a.slot} instance (pid ${a.pid}) does not answer ${this.o.config.healthPath} with 2xx`,
       );
     return {
@@ -281,6 +268,22 @@ export class OperatorService {
     };
   }
 
+  private requireConfigured(): void {
+    if (this.routeId === undefined) throw new OperatorNotConfiguredError();
+  }
+
+  /** The release source the request names, else the community source; or what is wrong with it. */
+  private sourceOf(body: OperatorUpdateRequest): string | InputIssue {
+    const source = body.artifact_source ?? this.o.config.communitySource;
+    if (source === undefined)
+      return {
+        field: "artifact_source",
+        message: "is required: no community source is configured (HOSTKEEPER_OPERATOR_COMMUNITY_SOURCE)",
+      };
+    const problem = sourceProblem(source, this.o.config.allowHttp);
+    return problem === undefined ? source : { field: "artifact_source", message: problem };
+  }
+
   /**
    * Runs the job for update `id`; if it fails unexpectedly, that update (and no other: another may have been
    * requested once this one ended) is finished or undone like one a restart interrupted.
@@ -289,7 +292,7 @@ export class OperatorService {
     this.job = job()
       .catch(async (err: unknown) => {
         this.o.log.error({ err, update: id }, "operator update failed unexpectedly; finishing or undoing it");
-        const u = this.store.get(id);
+        const u = this.store.find(id);
         if (u && u.finished_at === null && !this.aborted)
           await this.recover(u, "internal_error", `an unexpected error (${(err as Error).message})`);
       })
@@ -307,7 +310,7 @@ export class OperatorService {
     const tmp = this.downloadPath(id);
     let started = false;
     try {
-      const u = this.store.get(id) as UpdateRow;
+      const u = this.store.get(id);
       const url = this.source.locate(u.artifact_source, u.version, this.o.config.artifactName);
       this.store.transition(id, "downloading", {
         artifact_url: url.toString(),
@@ -397,7 +400,7 @@ export class OperatorService {
 
   /** Points the route at the new slot, then drains the old instance and watches the new one. */
   private async switchAndWatch(id: string): Promise<void> {
-    const u = this.store.get(id) as UpdateRow;
+    const u = this.store.get(id);
     this.store.setActive(u.new_slot);
     try {
       await this.route.sync();
@@ -417,7 +420,7 @@ export class OperatorService {
    * switch back to for the drain time; the new one must stay alive and healthy for the watch period.
    */
   private async watch(id: string): Promise<void> {
-    const u = this.store.get(id) as UpdateRow;
+    const u = this.store.get(id);
     const target = u.new_slot as Slot;
     const { drainMs, watchMs, checkIntervalMs } = this.o.config;
     const since = Date.now();
@@ -459,7 +462,7 @@ export class OperatorService {
    */
   private async rollback(id: string, code: UpdateErrorCode, message: string): Promise<void> {
     this.store.setError(id, code, message);
-    const u = this.store.get(id) as UpdateRow;
+    const u = this.store.get(id);
     const neu = u.new_slot as Slot;
     const old = u.previous_slot;
     this.o.log.warn(
