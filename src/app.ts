@@ -27,6 +27,7 @@ import { TokenRegistry } from "./http/tokens.js";
 import type { App } from "./http/types.js";
 import { Metrics } from "./metrics/metrics.js";
 import { registerMetricsRoutes } from "./metrics/routes.js";
+import { operatorProblem } from "./operator/problems.js";
 import { registerOperatorRoutes } from "./operator/routes.js";
 import { operatorSharedSchemas } from "./operator/schemas.js";
 import { OperatorService } from "./operator/service.js";
@@ -230,7 +231,6 @@ export async function buildApp({
     metrics,
     outbox,
     routes,
-    deny,
     config: config.operator,
     dataDir: agent.dataDir,
     log: logger.child({ component: "operator" }),
@@ -266,7 +266,7 @@ export async function buildApp({
   // The first hooks of the root scope: the request's id is echoed, a request without Host is refused as
   // unreadable, then the token is checked before anything else runs, for every route.
   echoRequestId(app);
-  registerProblemHandlers(app, table, [systemProblem, proxyProblem]);
+  registerProblemHandlers(app, table, [systemProblem, proxyProblem, operatorProblem]);
   answerExpectations(app, check);
   registerAccessControl(app, access, auditMutations(app, audit, now));
   await registerOpenApi(app);
@@ -277,7 +277,7 @@ export async function buildApp({
   app.get("/v1/openapi.json", { schema: { hide: true }, config: { scopes: [] } }, async () => app.swagger());
   registerProxyRoutes(app, routes, deny);
   registerSystemRoutes(app, systemService, deny);
-  registerOperatorRoutes(app, operator);
+  registerOperatorRoutes(app, operator, deny);
   registerEventRoutes(app, outbox);
   registerMetricsRoutes(app, metrics);
   registerAccessRoutes(app, audit, tokens);

@@ -1,7 +1,6 @@
-import { spawn } from "node:child_process";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import { CHILD_ENV, childEnv } from "../util/child-env.js";
+import { CHILD_ENV, type ChildEnv, childEnv, spawnChild } from "../util/child-env.js";
 import { fs, http } from "../util/node-builtins.js";
 import { processStartTime, signalGroup } from "../util/processes.js";
 import { sleep } from "../util/timers.js";
@@ -66,14 +65,7 @@ export class Instances {
       OPERATOR_SLOT: slot,
       OPERATOR_VERSION: version,
     });
-    mkdirSync(this.slotDir(slot), { recursive: true, mode: 0o700 });
-    const out = openSync(join(this.slotDir(slot), "output.log"), "a", 0o600);
-    let child: ReturnType<typeof spawn>;
-    try {
-      child = spawn(file, [], { cwd: this.slotDir(slot), detached: true, stdio: ["ignore", out, out], env });
-    } finally {
-      closeSync(out);
-    }
+    const child = spawnDetached(file, this.slotDir(slot), env);
     child.once("error", (err) => this.o.log.error({ err, slot }, "operator instance could not be started"));
     child.unref();
     if (child.pid === undefined) throw new UpdateFailure("start_failed", `${file} could not be started`);
@@ -92,6 +84,18 @@ export class Instances {
     this.o.log.warn({ slot, pid }, "operator instance ignored SIGTERM; killing its process group");
     if (isRunning(p)) signalGroup(pid, "SIGKILL");
     if (!(await waitGone(p, 5000))) throw new Error(`operator instance ${pid} survived SIGKILL`);
+  }
+}
+
+/** Starts `file` in its own session in `dir`, its output appended to `dir/output.log`. */
+function spawnDetached(file: string, dir: string, env: ChildEnv): ReturnType<typeof spawnChild> {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const out = openSync(join(dir, "output.log"), "a", 0o600);
+  try {
+    return spawnChild(file, [], { cwd: dir, detached: true, stdio: ["ignore", out, out], env });
+  } finally {
+    // The child holds its own copy of the descriptor.
+    closeSync(out);
   }
 }
 

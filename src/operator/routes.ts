@@ -1,11 +1,18 @@
-import { Type } from "@sinclair/typebox";
-import { jsonContent, problemResponses } from "../http/schemas.js";
+import type { DenyList } from "../events/egress.js";
+import { callbackUrlError } from "../http/callback-url.js";
+import { type FieldError, validationFailed } from "../http/errors.js";
+import { jsonContent, problemResponses, RefTo } from "../http/schemas.js";
 import type { App } from "../http/types.js";
-import { type OperatorUpdateRequest, UpdateIdParamsSchema } from "./schemas.js";
+import {
+  OperatorUpdateRequestSchema,
+  RunningInstanceSchema,
+  UpdateIdParamsSchema,
+  UpdateStatusSchema,
+} from "./schemas.js";
 import type { OperatorService } from "./service.js";
 
-export function registerOperatorRoutes(app: App, service: OperatorService): void {
-  app.post<{ Body: OperatorUpdateRequest }>(
+export function registerOperatorRoutes(app: App, service: OperatorService, deny: DenyList): void {
+  app.post(
     "/v1/operator/update",
     {
       schema: {
@@ -14,10 +21,10 @@ export function registerOperatorRoutes(app: App, service: OperatorService): void
         summary: "Start an operator update",
         description:
           "Downloads `<artifact_source>/<version>/<artifact name>`, verifies its SHA-256, starts it in the idle slot, switches the operator's route to it once healthy, and stops the old instance after the drain time; any failure leaves or puts the previous instance back in service. Answers at once with the status; follow it at `links.status` or through the `operator_update` callbacks. Repeating a request with the same id and body answers its current status.",
-        body: Type.Ref("OperatorUpdateRequest"),
+        body: RefTo(OperatorUpdateRequestSchema),
         response: {
           202: jsonContent(
-            Type.Ref("OperatorUpdateStatus"),
+            RefTo(UpdateStatusSchema),
             "Accepted: the update's status (`queued` for a new one).",
           ),
           ...problemResponses(
@@ -33,12 +40,18 @@ export function registerOperatorRoutes(app: App, service: OperatorService): void
       },
     },
     async (request, reply) => {
+      // Every bad field in one answer, and nothing started for a request that has one.
+      const errors: FieldError[] = [
+        callbackUrlError(request.body.callback_url, deny),
+        ...service.inputIssues(request.body).map((i) => ({ field: `body.${i.field}`, message: i.message })),
+      ].filter((e) => e !== undefined);
+      if (errors.length > 0) throw validationFailed(errors);
       const status = service.request(request.body);
       return reply.code(202).header("location", status.links.status).send(status);
     },
   );
 
-  app.get<{ Params: { update_process_id: string } }>(
+  app.get(
     "/v1/operator/update/:update_process_id",
     {
       schema: {
@@ -49,7 +62,7 @@ export function registerOperatorRoutes(app: App, service: OperatorService): void
           "State, download progress, the previous and new instance, the history of states with their times, and for a failure or rollback the error code and message.",
         params: UpdateIdParamsSchema,
         response: {
-          200: jsonContent(Type.Ref("OperatorUpdateStatus"), "The update's status."),
+          200: jsonContent(RefTo(UpdateStatusSchema), "The update's status."),
           ...problemResponses("update_not_found"),
         },
       },
@@ -67,7 +80,7 @@ export function registerOperatorRoutes(app: App, service: OperatorService): void
         description:
           "The instance the operator's route points at, checked live against its health path. 503 when none is installed, running or healthy.",
         response: {
-          200: jsonContent(Type.Ref("OperatorRunningInstance"), "The active, healthy instance."),
+          200: jsonContent(RefTo(RunningInstanceSchema), "The active, healthy instance."),
           ...problemResponses("running_instance_unavailable"),
         },
       },

@@ -2,6 +2,7 @@ import type { Logger } from "pino";
 import type { Outbox } from "../events/outbox.js";
 import type { Metrics } from "../metrics/metrics.js";
 import type { Db, Migration } from "../store/db.js";
+import { UpdateNotFoundError } from "./errors.js";
 import type { UpdateErrorCode } from "./failure.js";
 import type { UpdateState, UpdateStatus } from "./schemas.js";
 
@@ -181,8 +182,16 @@ export class OperatorStore {
       .run(slot, pid);
   }
 
-  get(id: string): UpdateRow | undefined {
+  /** The update with this id, if there is one. */
+  find(id: string): UpdateRow | undefined {
     return this.db.prepare("SELECT * FROM operator_updates WHERE id = ?").get(id) as UpdateRow | undefined;
+  }
+
+  /** The update with this id; an id no update has is an `UpdateNotFoundError`. */
+  get(id: string): UpdateRow {
+    const row = this.find(id);
+    if (row === undefined) throw new UpdateNotFoundError(id);
+    return row;
   }
 
   /** The unfinished update, if any. */
@@ -211,7 +220,7 @@ export class OperatorStore {
       `operator update ${u.id}: queued`,
     );
     this.outbox.kick();
-    return this.get(u.id) as UpdateRow;
+    return this.get(u.id);
   }
 
   /** Moves an update to `state` (setting `fields` too), with its history entry and its event. */
@@ -228,7 +237,7 @@ export class OperatorStore {
     })();
     if (TERMINAL.has(state)) this.metrics?.operatorUpdates.inc({ state });
     this.outbox.kick();
-    const row = this.get(id) as UpdateRow;
+    const row = this.get(id);
     // One line per state change, where the state is recorded, so no path through the update can skip it.
     const line = {
       update_process_id: id,
@@ -295,7 +304,7 @@ export class OperatorStore {
         "INSERT INTO operator_update_states (update_id, seq, state, at) VALUES (?, (SELECT count(*) FROM operator_update_states WHERE update_id = ?), ?, ?)",
       )
       .run(id, id, state, at);
-    const row = this.get(id) as UpdateRow;
+    const row = this.get(id);
     this.outbox.add({
       type: "operator_update",
       url: row.callback_url,

@@ -46,6 +46,11 @@ test("POST /v1/operator/update: 400 problems name each bad field", async (t) => 
     "body.artifact_source",
   ]);
   assert.deepEqual(await fields({ ...valid, callback_url: "not a url" }), ["body.callback_url"]);
+  // The HTTP edge's check and the domain's, in one answer.
+  assert.deepEqual(await fields({ ...valid, callback_url: "not a url", artifact_source: "ftp://x/y" }), [
+    "body.artifact_source",
+    "body.callback_url",
+  ]);
   // No artifact_source and no community source configured.
   assert.deepEqual(await fields({ ...valid, artifact_source: null }), ["body.artifact_source"]);
 

@@ -21,14 +21,16 @@ const CHECK_INTERVAL_MS = 50;
 
 /**
  * A loopback HTTP proxy in front of Caddy's admin API. While held, it takes requests in but passes them on
- * only when released, so an admin request the agent sends then stays in flight.
+ * only when released, so an admin request the agent sends then stays in flight. `onHeldAnswer` runs when
+ * Caddy's answer to such a request comes back, before the agent has it.
  */
-async function startAdminGate(t: After, adminUrl: string) {
+async function startAdminGate(t: After, adminUrl: string, onHeldAnswer: () => void) {
   const target = new URL(adminUrl);
   let released: Promise<void> | undefined;
   let release = () => {};
   let waiting = 0;
   const server = http.createServer(async (req, res) => {
+    const held = released !== undefined;
     if (released) {
       waiting++;
       await released;
@@ -38,6 +40,7 @@ async function startAdminGate(t: After, adminUrl: string) {
     const forward = http.request(
       { host: target.hostname, port: target.port, method: req.method, path: req.url, headers, agent: false },
       (answer) => {
+        if (held) onHeldAnswer();
         res.writeHead(answer.statusCode ?? 502, answer.headers);
         answer.pipe(res);
       },
@@ -71,7 +74,9 @@ test("a route sync under way when an update switches ends before the switch poin
   timeout: 120_000,
 }, async (t) => {
   const caddy = await startCaddy(t);
-  const gate = await startAdminGate(t, caddy.adminUrl);
+  // Where the upstream file pointed each time Caddy answered a held admin request.
+  const atHeldAnswers: string[] = [];
+  const gate = await startAdminGate(t, caddy.adminUrl, () => atHeldAnswers.push(upstream()));
   const dir = mkdtempSync(join(tmpdir(), "hk-op-sync-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const ca = makeTestCa(dir);
@@ -134,14 +139,21 @@ test("a route sync under way when an update switches ends before the switch poin
   await waitFor("the switch", async () =>
     (await state("upgrade")).state === "switching" ? true : undefined,
   );
-  // Time for a switch that did not wait to have written the upstream file: its write follows at once.
-  await new Promise((r) => setTimeout(r, 10 * CHECK_INTERVAL_MS));
   assert.equal((await state("upgrade")).state, "switching", "the switch waits for the sync under way");
   assert.equal(upstream(), `127.0.0.1:${ports.blue}`, "nothing has pointed the route at green yet");
   assert.equal(await serving(), "v1");
 
   gate.release();
   await waitFor("the drain", async () => ((await state("upgrade")).state === "draining" ? true : undefined));
+  // The order itself, rather than a pause in which a switch that did not wait would have written: the sync
+  // under way had its answer from Caddy while the upstream file still named blue.
+  assert.ok(atHeldAnswers.length > 0, "the held sync was answered");
+  for (const at of atHeldAnswers)
+    assert.equal(
+      at,
+      `127.0.0.1:${ports.blue}`,
+      "the sync under way ended before the switch pointed the route",
+    );
   assert.equal(upstream(), `127.0.0.1:${ports.green}`);
   assert.equal(await serving(), "v2", "the route points at the new instance, not the draining one");
   const done = await waitFor("the end of the update", async () => {
