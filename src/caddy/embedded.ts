@@ -1,10 +1,9 @@
-import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { CaddyRoutes } from "../proxy/caddy-routes.js";
 import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { canonicalJson } from "../util/canonical-json.js";
-import { CHILD_ENV, childEnv } from "../util/child-env.js";
+import { CHILD_ENV, childEnv, execChild, spawnChild } from "../util/child-env.js";
 import { fs } from "../util/node-builtins.js";
 import { processStartTime } from "../util/processes.js";
 import { settledWithin, sleep } from "../util/timers.js";
@@ -183,7 +182,7 @@ export class EmbeddedCaddy {
       this.version = {
         pid,
         value: new Promise((resolve) =>
-          execFile(
+          execChild(
             exe,
             ["version"],
             { timeout: 5_000, env: childEnv(process.env, CHILD_ENV.caddy) },
@@ -294,17 +293,21 @@ export class EmbeddedCaddy {
     const logPath = this.stderrPath;
     capFile(logPath, STDERR_LIMIT_BYTES);
     const logFd = openSync(logPath, "a", 0o600);
-    let child: ChildProcess;
+    let child: ReturnType<typeof spawnChild>;
     try {
-      child = spawn(this.o.binary, ["run", "--resume", "--config", bootstrap, "--pidfile", this.pidFile], {
-        detached: true,
-        stdio: ["ignore", logFd, logFd],
-        env: childEnv(process.env, CHILD_ENV.caddy, {
-          XDG_CONFIG_HOME: join(this.dir, "config"),
-          XDG_DATA_HOME: join(this.dir, "data"),
-          HOME: this.dir,
-        }),
-      });
+      child = spawnChild(
+        this.o.binary,
+        ["run", "--resume", "--config", bootstrap, "--pidfile", this.pidFile],
+        {
+          detached: true,
+          stdio: ["ignore", logFd, logFd],
+          env: childEnv(process.env, CHILD_ENV.caddy, {
+            XDG_CONFIG_HOME: join(this.dir, "config"),
+            XDG_DATA_HOME: join(this.dir, "data"),
+            HOME: this.dir,
+          }),
+        },
+      );
     } finally {
       closeSync(logFd);
     }
