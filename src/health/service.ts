@@ -1,6 +1,6 @@
 import { CaddyAdmin, caddyErrorText } from "../caddy/admin.js";
-import type { CaddyProcessStatus } from "../caddy/embedded.js";
 import { accepts, tcpAddresses } from "../caddy/listen-addresses.js";
+import type { CaddyProcessStatus } from "../caddy/supervisor.js";
 import type { Outbox } from "../events/outbox.js";
 import type { OperatorService } from "../operator/service.js";
 import { packageVersion } from "../paths.js";
