@@ -6,6 +6,7 @@ import { test } from "node:test";
 import { freePort } from "../support/loopback.js";
 import { startReceiver, startUpstream } from "./helpers/http.js";
 import { alive, killEmbeddedCaddys, request, startAgent } from "./helpers/serve.js";
+import { waitFor } from "./helpers/wait.js";
 
 test("embedded defaults: generated token, own Caddy that outlives the agent, routes that survive restarts, graceful stop", async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), "hk-server-"));
@@ -71,7 +72,7 @@ test("embedded defaults: generated token, own Caddy that outlives the agent, rou
 
   // Caddy gone too: the next start resumes Caddy's autosaved config, so the routes come back.
   process.kill(caddyPid, "SIGKILL");
-  while (alive(caddyPid)) await new Promise((r) => setTimeout(r, 20));
+  await waitFor("the killed Caddy to be gone", () => (alive(caddyPid) ? undefined : true), 10_000);
   agent = await startAgent(t, env);
   ids = JSON.parse((await request(agent.port, "GET", "/v1/proxy/routes", token)).body).map(
     (r: { "@id": string }) => r["@id"],

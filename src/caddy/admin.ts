@@ -12,7 +12,7 @@ import type {
   RequestOptions,
 } from "../util/node-builtins.js";
 import { http } from "../util/node-builtins.js";
-import { sleep } from "../util/timers.js";
+import { retriedAcrossReload } from "./retry.js";
 
 /** Caddy's admin endpoint could not be reached or did not answer in time. */
 export class CaddyUnavailableError extends Error {
@@ -77,24 +77,6 @@ const brokenOff = (err: Error) =>
     cause: err,
     reason: "aborted",
   });
-
-const RETRYABLE_READ = new Set(["ECONNRESET", "EPIPE", "ECONNREFUSED", "ENOENT"]);
-
-/**
- * Runs a read up to `attempts` times while it fails with a connection error that a read landing while Caddy
- * restarts its admin server meets, waiting 25, 50, 100 ms between attempts.
- */
-async function retried<T>(attempts: number, read: () => Promise<T>): Promise<T> {
-  for (let i = 0; ; i++) {
-    try {
-      return await read();
-    } catch (err) {
-      const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
-      if (!code || !RETRYABLE_READ.has(code) || i >= attempts - 1) throw err;
-      await sleep(25 * 2 ** i);
-    }
-  }
-}
 
 /**
  * A client for Caddy's admin API over TCP or a unix socket. Uses node:http rather than fetch: fetch sends
@@ -208,7 +190,7 @@ export class CaddyAdmin {
    * within the time-out; after it, the body may pause that long at most (the stream then fails).
    */
   stream(path: string, attempts = 4): Promise<CaddyStream> {
-    return retried(attempts, async () => {
+    return retriedAcrossReload(attempts, async () => {
       const res = await this.counted(
         "GET",
         () =>
@@ -228,7 +210,7 @@ export class CaddyAdmin {
    * its admin server after a config change see a reset.
    */
   read(path: string, attempts = 4): Promise<CaddyResponse> {
-    return retried(attempts, () => this.raw("GET", path));
+    return retriedAcrossReload(attempts, () => this.raw("GET", path));
   }
 
   /** A write; any non-2xx answer becomes a CaddyApiError carrying Caddy's message. */

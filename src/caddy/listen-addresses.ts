@@ -1,5 +1,6 @@
 import { createConnection, createServer, isIP } from "node:net";
 import { fs } from "../util/node-builtins.js";
+import { retriedAcrossReload } from "./retry.js";
 
 const { readdirSync, readFileSync, readlinkSync } = fs;
 
@@ -186,24 +187,36 @@ export const describeHolders = (h: { holders: SocketHolder[]; unattributed: numb
 
 /**
  * Whether something accepts TCP connections on `a` within `timeoutMs`. A wildcard address is tried on
- * `wildcardHost`, by default this host's loopback.
+ * `wildcardHost`, by default this host's loopback. A connection reset or refused is tried again (see
+ * `retriedAcrossReload`): a connection queued on a listener that Caddy hands over to a new config is reset.
  */
-export function accepts(
+export async function accepts(
   a: TcpAddress,
   timeoutMs: number,
   wildcardHost?: string,
 ): Promise<{ ok: boolean; error?: string }> {
   const loopback = a.family === "ipv6" || a.host === "::" ? "::1" : "127.0.0.1";
   const host = !WILDCARDS.has(a.host) ? a.host : (wildcardHost ?? loopback);
-  return new Promise((resolve) => {
-    const socket = createConnection({ host, port: a.port });
-    const done = (r: { ok: boolean; error?: string }) => {
+  try {
+    await retriedAcrossReload(4, () => connects(host, a.port, timeoutMs));
+    return { ok: true };
+  } catch (err) {
+    return { ok: false, error: (err as NodeJS.ErrnoException).code ?? (err as Error).message };
+  }
+}
+
+/** Opens a TCP connection and closes it at once; rejects with the connection's error or a time-out. */
+function connects(host: string, port: number, timeoutMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const socket = createConnection({ host, port });
+    const done = (err?: Error) => {
       clearTimeout(timer);
       socket.destroy();
-      resolve(r);
+      if (err) reject(err);
+      else resolve();
     };
-    const timer = setTimeout(() => done({ ok: false, error: `no answer within ${timeoutMs} ms` }), timeoutMs);
-    socket.once("connect", () => done({ ok: true }));
-    socket.once("error", (err: NodeJS.ErrnoException) => done({ ok: false, error: err.code ?? err.message }));
+    const timer = setTimeout(() => done(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+    socket.once("connect", () => done());
+    socket.once("error", (err) => done(err));
   });
 }

@@ -1,6 +1,6 @@
-import { CaddyAdmin, caddyErrorText } from "../caddy/admin.js";
-import type { CaddyProcessStatus } from "../caddy/embedded.js";
+import { CaddyAdmin, type CaddyResponse, caddyErrorText } from "../caddy/admin.js";
 import { accepts, tcpAddresses } from "../caddy/listen-addresses.js";
+import type { CaddyProcessStatus } from "../caddy/supervisor.js";
 import type { Outbox } from "../events/outbox.js";
 import type { OperatorService } from "../operator/service.js";
 import { packageVersion } from "../paths.js";
@@ -39,7 +39,8 @@ const failing = (detail: string): Check => ({ status: "failing", detail });
 
 /**
  * Liveness, readiness and status. Readiness is cheap and bounded: one query of the database, one small read
- * of Caddy's admin API and a TCP connect per listen address, each with a short time-out, and requests that
+ * of Caddy's admin API (tried again, a bounded number of times, after a connection error: see
+ * `CaddyAdmin.read`) and a TCP connect per listen address, each with a short time-out, and requests that
  * arrive while a probe is under way share its answer.
  */
 export class HealthService {
@@ -137,9 +138,11 @@ export class HealthService {
   /** One read of the managed server's listen list proves the admin API answers and says what to connect to. */
   private async checkCaddy(): Promise<{ caddyAdmin: Check; listeners: Check }> {
     const server = this.o.server;
-    let res: Awaited<ReturnType<CaddyAdmin["raw"]>>;
+    let res: CaddyResponse;
     try {
-      res = await this.probeAdmin.raw("GET", `/config/apps/http/servers/${server}/listen`);
+      // Retried as the agent's own reads are: Caddy restarts its admin endpoint after every config change,
+      // and a probe landing then meets a reset that says nothing of Caddy's health.
+      res = await this.probeAdmin.read(`/config/apps/http/servers/${server}/listen`);
     } catch (err) {
       return {
         caddyAdmin: failing((err as Error).message),

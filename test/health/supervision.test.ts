@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { sleep } from "../../src/util/timers.js";
 import { startUpstream } from "../helpers/http.js";
 import { alive, caddyPid, request, startAgent, stopAgent } from "../helpers/serve.js";
 import { waitFor } from "../helpers/wait.js";
@@ -144,8 +145,10 @@ describe("the embedded Caddy is supervised", () => {
         delays.slice(0, i + 1),
       );
     }
-    // Up for 64 times the base delay: the next exit is not one in a row.
-    await new Promise((r) => setTimeout(r, 64 * base + 600));
+    // Up for 64 times the base delay: the next exit is not one in a row. A wait for time itself, not for
+    // something to not happen: the agent took this Caddy's start time before the test saw it running (the
+    // last killAndWaitForReturn), so this long from now is enough.
+    await sleep(64 * base);
     await killAndWaitForReturn(agent, dataDir, false);
     const said = agent.log().match(/starting it again in (\d+) ms/g) ?? [];
     assert.equal(said.at(-1), `starting it again in ${base} ms`);

@@ -1,0 +1,52 @@
+import type { Logger } from "pino";
+import { canonicalJson } from "../util/canonical-json.js";
+import type { CaddyAdmin } from "./admin.js";
+import { EmbeddedCaddyError } from "./errors.js";
+
+/** Caddy's own log is rolled at this size (MiB), keeping this many rolled files. */
+export interface CaddyLogRoll {
+  sizeMb: number;
+  keep: number;
+}
+
+/** The `logging.logs.default` Caddy gets: a file writer rolled at a size, a bounded number kept (gzipped). */
+export function caddyLogConfig(path: string, roll: CaddyLogRoll): Record<string, unknown> {
+  return {
+    writer: {
+      output: "file",
+      filename: path,
+      roll: true,
+      roll_size_mb: roll.sizeMb,
+      roll_keep: roll.keep,
+    },
+    // JSON with ISO 8601 times, as the agent's own log: one reader for both.
+    encoder: { format: "json", time_format: "iso8601" },
+  };
+}
+
+/**
+ * Caddy's default log is the rolled file (its own config, so it holds for an adopted Caddy too): set when
+ * the config Caddy runs (autosaved by an earlier agent, or adopted) has another one. A config change only
+ * when it differs, as it reloads Caddy.
+ */
+export async function prepareLogging(
+  admin: CaddyAdmin,
+  path: string,
+  roll: CaddyLogRoll,
+  log: Logger,
+): Promise<void> {
+  const wantedDefault = caddyLogConfig(path, roll);
+  try {
+    const now = await admin.read("/config/logging");
+    const current = now.status === 200 ? (JSON.parse(now.text) as Record<string, unknown> | null) : null;
+    const logs = (current?.logs ?? {}) as Record<string, unknown>;
+    if (canonicalJson(logs.default ?? null) === canonicalJson(wantedDefault)) return;
+    const wanted = { ...current, logs: { ...logs, default: wantedDefault } };
+    await admin.write(current === null ? "PUT" : "PATCH", "/config/logging", wanted);
+    log.info({ log: path, roll }, "set the embedded Caddy's log");
+  } catch (err) {
+    throw new EmbeddedCaddyError(
+      `the embedded Caddy refused its log configuration (${path}): ${(err as Error).message}`,
+    );
+  }
+}
