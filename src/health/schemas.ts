@@ -1,6 +1,6 @@
 import { type Static, Type } from "@sinclair/typebox";
-import { StringEnum } from "../http/schemas.js";
-import type { ActiveInstance } from "../operator/schemas.js";
+import { RefTo, StringEnum } from "../http/schemas.js";
+import { ActiveInstanceSchema } from "../operator/schemas.js";
 
 const Nullable = <T extends ReturnType<typeof Type.String | typeof Type.Integer | typeof Type.Boolean>>(
   schema: T,
@@ -148,13 +148,13 @@ export const AgentStatusSchema = Type.Object(
     ),
     operator: Type.Object(
       {
-        active_instance: Type.Union([Type.Ref("OperatorActiveInstance"), Type.Null()], {
+        active_instance: Type.Union([RefTo(ActiveInstanceSchema), Type.Null()], {
           description: "Null when no operator is installed.",
         }),
       },
       { additionalProperties: false },
     ),
-    readiness: Type.Ref("Readiness"),
+    readiness: RefTo(ReadinessSchema),
   },
   {
     additionalProperties: false,
@@ -163,10 +163,6 @@ export const AgentStatusSchema = Type.Object(
     description: "The agent at a glance; `readiness` holds the checks of `GET /readyz`.",
   },
 );
-/** Refs are typed by the schemas they name. */
-export type AgentStatus = Omit<Static<typeof AgentStatusSchema>, "readiness" | "operator"> & {
-  readiness: Readiness;
-  operator: { active_instance: ActiveInstance | null };
-};
+export type AgentStatus = Static<typeof AgentStatusSchema>;
 
 export const healthSharedSchemas = [ReadinessSchema, AgentStatusSchema];
