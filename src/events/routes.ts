@@ -2,13 +2,14 @@ import { Type } from "@sinclair/typebox";
 import { ApiError } from "../http/errors.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
-import type { Outbox, OutboxAttempt, OutboxEvent } from "./outbox.js";
+import type { Outbox } from "./outbox.js";
 import {
   EventIdParamsSchema,
   type EventListQuery,
   EventListQuerySchema,
   eventSharedSchemas,
 } from "./schemas.js";
+import type { OutboxAttempt, OutboxEvent } from "./store.js";
 
 /** An outbox row as the API shows it: times as ISO strings, the body as JSON, the attempts inline. */
 function eventView(event: OutboxEvent, attempts: OutboxAttempt[]) {

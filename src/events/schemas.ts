@@ -1,7 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { StringEnum } from "../http/schemas.js";
-
-export const EVENT_STATES = ["pending", "delivered", "dead"] as const;
+import { EVENT_STATES } from "./event-kinds.js";
 
 const nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T, description?: string) =>
   Type.Union([schema, Type.Null()], description === undefined ? {} : { description });

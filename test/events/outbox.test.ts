@@ -8,13 +8,8 @@ import { after, describe, type TestContext, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import pino from "pino";
 import { DenyList } from "../../src/events/egress.js";
-import {
-  type NewEvent,
-  Outbox,
-  type OutboxEvent,
-  type OutboxOptions,
-  outboxMigrations,
-} from "../../src/events/outbox.js";
+import { type NewEvent, Outbox, type OutboxOptions } from "../../src/events/outbox.js";
+import { type OutboxEvent, outboxMigrations } from "../../src/events/store.js";
 import { projectRoot } from "../../src/paths.js";
 import { type Db, openDatabase } from "../../src/store/db.js";
 import { freePort } from "../../support/loopback.js";
