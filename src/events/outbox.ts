@@ -5,6 +5,7 @@ import type { Db } from "../store/db.js";
 import { settledWithin } from "../util/timers.js";
 import { type AttemptResult, deliverSigned } from "./delivery.js";
 import type { DenyList } from "./egress.js";
+import type { EventType } from "./event-kinds.js";
 import { judgeAttempt } from "./retry-policy.js";
 import { type EventFilter, type OutboxAttempt, type OutboxEvent, OutboxStore } from "./store.js";
 
@@ -29,7 +30,7 @@ export interface OutboxOptions {
 }
 
 export interface NewEvent {
-  type: string;
+  type: EventType;
   url: string;
   data: unknown;
   /** Events with the same key are delivered one at a time, in the order they were written. */

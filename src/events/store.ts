@@ -1,5 +1,5 @@
 import type { Db, Migration } from "../store/db.js";
-import type { EventState } from "./event-kinds.js";
+import type { EventState, EventType } from "./event-kinds.js";
 
 export const outboxMigrations: Migration[] = [
   {
@@ -42,7 +42,7 @@ export const outboxMigrations: Migration[] = [
 
 export interface OutboxEvent {
   id: string;
-  type: string;
+  type: EventType;
   url: string;
   payload: string;
   ordering_key: string | null;
@@ -67,7 +67,7 @@ export interface OutboxAttempt {
 
 export interface EventFilter {
   state?: EventState;
-  type?: string;
+  type?: EventType;
   limit: number;
 }
 
