@@ -11,6 +11,7 @@ import { HealthService, type SupervisedCaddy } from "./health/service.js";
 import { registerAccessRoutes } from "./http/access-routes.js";
 import { auditMutations } from "./http/audit.js";
 import { AccessControl, registerAccessControl, requireRouteScopes } from "./http/auth.js";
+import { limitRequestBodies } from "./http/body-limit.js";
 import {
   answerExpectations,
   httpEdgeOptions,
@@ -246,6 +247,7 @@ export async function buildApp({
   echoRequestId(app);
   registerProblemHandlers(app, table, [systemProblem]);
   answerExpectations(app, check);
+  limitRequestBodies(app);
   registerAccessControl(app, access, auditMutations(app, audit, now));
   await registerOpenApi(app);
   for (const s of [...proxySharedSchemas, ...operatorSharedSchemas]) app.addSchema(s);
