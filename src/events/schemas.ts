@@ -1,4 +1,4 @@
-import { type Static, Type } from "@sinclair/typebox";
+import { Type } from "@sinclair/typebox";
 import { StringEnum } from "../http/schemas.js";
 import { EVENT_STATES, EVENT_TYPES } from "./event-kinds.js";
 
@@ -96,5 +96,3 @@ export const EventIdParamsSchema = Type.Object(
 );
 
 export const eventSharedSchemas = [EventAttemptSchema, OutboxEventSchema, EventListSchema];
-
-export type EventListQuery = Static<typeof EventListQuerySchema>;
