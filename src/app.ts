@@ -4,13 +4,15 @@ import Fastify, { type FastifyBaseLogger, type FastifyServerFactory } from "fast
 import type { Logger } from "pino";
 import { CaddyAdmin } from "./caddy/admin.js";
 import { DenyList } from "./events/egress.js";
-import { Outbox, outboxMigrations } from "./events/outbox.js";
+import { Outbox } from "./events/outbox.js";
 import { registerEventRoutes } from "./events/routes.js";
+import { outboxMigrations } from "./events/store.js";
 import { registerHealthRoutes } from "./health/routes.js";
 import { HealthService, type SupervisedCaddy } from "./health/service.js";
 import { registerAccessRoutes } from "./http/access-routes.js";
 import { auditMutations } from "./http/audit.js";
 import { AccessControl, registerAccessControl, requireRouteScopes } from "./http/auth.js";
+import { limitRequestBodies } from "./http/body-limit.js";
 import {
   answerExpectations,
   httpEdgeOptions,
@@ -268,6 +270,7 @@ export async function buildApp({
   echoRequestId(app);
   registerProblemHandlers(app, table, [systemProblem, proxyProblem, operatorProblem]);
   answerExpectations(app, check);
+  limitRequestBodies(app);
   registerAccessControl(app, access, auditMutations(app, audit, now));
   await registerOpenApi(app);
   for (const s of [...proxySharedSchemas, ...operatorSharedSchemas]) app.addSchema(s);

@@ -2,13 +2,9 @@ import { Type } from "@sinclair/typebox";
 import { ApiError } from "../http/errors.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
-import type { Outbox, OutboxAttempt, OutboxEvent } from "./outbox.js";
-import {
-  EventIdParamsSchema,
-  type EventListQuery,
-  EventListQuerySchema,
-  eventSharedSchemas,
-} from "./schemas.js";
+import type { Outbox } from "./outbox.js";
+import { EventIdParamsSchema, EventListQuerySchema, eventSharedSchemas } from "./schemas.js";
+import type { OutboxAttempt, OutboxEvent } from "./store.js";
 
 /** An outbox row as the API shows it: times as ISO strings, the body as JSON, the attempts inline. */
 function eventView(event: OutboxEvent, attempts: OutboxAttempt[]) {
@@ -32,7 +28,7 @@ function eventView(event: OutboxEvent, attempts: OutboxAttempt[]) {
 export function registerEventRoutes(app: App, outbox: Outbox): void {
   for (const s of eventSharedSchemas) app.addSchema(s);
 
-  app.get<{ Querystring: EventListQuery }>(
+  app.get(
     "/v1/events",
     {
       // The outbox holds the three areas' callbacks (routes', operator updates', applies'), bodies included.
@@ -57,7 +53,7 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
     },
   );
 
-  app.post<{ Params: { event_id: string } }>(
+  app.post(
     "/v1/events/:event_id/redeliver",
     {
       config: { scopes: ["proxy:write", "operator:write", "system:write"] },

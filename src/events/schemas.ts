@@ -1,7 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { StringEnum } from "../http/schemas.js";
-
-export const EVENT_STATES = ["pending", "delivered", "dead"] as const;
+import { EVENT_STATES, EVENT_TYPES } from "./event-kinds.js";
 
 const nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T, description?: string) =>
   Type.Union([schema, Type.Null()], description === undefined ? {} : { description });
@@ -74,12 +73,7 @@ export const EventListSchema = Type.Object(
 export const EventListQuerySchema = Type.Object(
   {
     state: Type.Optional(StringEnum(EVENT_STATES, { description: "Only events in this state." })),
-    type: Type.Optional(
-      Type.String({
-        pattern: "^[a-z][a-z0-9_]{0,63}$",
-        description: "Only events of this type, e.g. `route_change`.",
-      }),
-    ),
+    type: Type.Optional(StringEnum(EVENT_TYPES, { description: "Only events of this type." })),
     limit: Type.Optional(
       Type.String({
         pattern: "^(?:[1-9][0-9]{0,1}|[1-4][0-9]{2}|500)$",
@@ -102,5 +96,3 @@ export const EventIdParamsSchema = Type.Object(
 );
 
 export const eventSharedSchemas = [EventAttemptSchema, OutboxEventSchema, EventListSchema];
-
-export type EventListQuery = { state?: (typeof EVENT_STATES)[number]; type?: string; limit?: string };

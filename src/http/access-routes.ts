@@ -77,7 +77,7 @@ const RotatedTokenSchema = Type.Object(
 /** The audit trail and token rotation: both need a token holding every scope (`*`). */
 export function registerAccessRoutes(app: App, audit: AuditLog, tokens: TokenRegistry): void {
   app.addSchema(AuditRecordSchema);
-  app.get<{ Querystring: { since?: string; limit?: string } }>(
+  app.get(
     "/v1/audit",
     {
       config: { scopes: ["*"] },
@@ -105,7 +105,7 @@ export function registerAccessRoutes(app: App, audit: AuditLog, tokens: TokenReg
     },
   );
 
-  app.post<{ Params: { name: string } }>(
+  app.post(
     "/v1/tokens/:name/rotate",
     {
       config: { scopes: ["*"] },

@@ -66,14 +66,14 @@ export function trackRoutes(app: FastifyInstance, table: RouteTable): void {
   });
 }
 
+/** An area's own errors as problems (e.g. the system area's command failures); undefined for others. */
+export type ProblemMapper = (err: unknown) => ApiError | undefined;
+
 /**
  * Every answer the API sends is problem+json from here: errors thrown in a request, unknown paths (404),
  * known paths with the wrong method (405 with `Allow`). The token hook runs before the not-found handler,
  * so without a token an unknown path is 401 like any other.
  */
-/** An area's own errors as problems (e.g. the system area's command failures); undefined for others. */
-export type ProblemMapper = (err: unknown) => ApiError | undefined;
-
 export function registerProblemHandlers(
   app: FastifyInstance,
   table: RouteTable,

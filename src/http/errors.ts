@@ -218,6 +218,13 @@ export function validationFailed(errors: FieldError[]): ApiError {
   return new ApiError("validation_failed", validationDetail(errors), { errors });
 }
 
+/** A body over the limit; the connection closes after the answer, as the client may still be sending it. */
+export function payloadTooLarge(): ApiError {
+  return new ApiError("payload_too_large", "the request body exceeds the configured limit", {
+    headers: { connection: "close" },
+  });
+}
+
 /** Maps anything thrown in a request to a problem; unknown errors are logged with their stack and never shown. */
 export function toApiError(err: FastifyError | Error): { apiError: ApiError; unexpected: boolean } {
   if (err instanceof ApiError) return { apiError: err, unexpected: false };
@@ -235,10 +242,7 @@ export function toApiError(err: FastifyError | Error): { apiError: ApiError; une
   }
   switch (fe.code) {
     case "FST_ERR_CTP_BODY_TOO_LARGE":
-      return {
-        apiError: new ApiError("payload_too_large", "the request body exceeds the configured limit"),
-        unexpected: false,
-      };
+      return { apiError: payloadTooLarge(), unexpected: false };
     case "FST_ERR_CTP_INVALID_CONTENT_LENGTH":
       return {
         apiError: new ApiError("malformed_request", "the body's length does not match its Content-Length"),

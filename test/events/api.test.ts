@@ -246,6 +246,19 @@ describe("listing: 400 for a query it does not take", () => {
       { HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:9" },
     );
   });
+  test("?type=<unknown> names the field and the allowed types", async () => {
+    const res = await h.call({ method: "GET", url: "/v1/events?type=route_deleted" });
+    assert.equal(res.statusCode, 400, res.body);
+    const problem = res.json();
+    assert.equal(problem.code, "validation_failed");
+    assert.deepEqual(problem.errors, [
+      {
+        field: "querystring.type",
+        message: "must be one of: route_backup, route_change, operator_update, system_update",
+      },
+    ]);
+  });
+
   for (const query of [
     "state=gone",
     "state=dead&state=pending",

@@ -8,13 +8,8 @@ import { after, describe, type TestContext, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import pino from "pino";
 import { DenyList } from "../../src/events/egress.js";
-import {
-  type NewEvent,
-  Outbox,
-  type OutboxEvent,
-  type OutboxOptions,
-  outboxMigrations,
-} from "../../src/events/outbox.js";
+import { type NewEvent, Outbox, type OutboxOptions } from "../../src/events/outbox.js";
+import { type OutboxEvent, outboxMigrations } from "../../src/events/store.js";
 import { projectRoot } from "../../src/paths.js";
 import { type Db, openDatabase } from "../../src/store/db.js";
 import { freePort } from "../../support/loopback.js";
@@ -101,7 +96,7 @@ describe("outbox: retries, dead letters, 410, Retry-After", () => {
   test("an event whose every attempt fails is dead-lettered after the last delay of the schedule", async (t) => {
     const rx = await startReceiver(t, { status: () => 503 });
     const { outbox } = openOutbox(t, { retryScheduleSeconds: [0.05, 0.05] });
-    const id = outbox.add({ type: "test_event", url: rx.url, data: { n: 1 } });
+    const id = outbox.add({ type: "system_update", url: rx.url, data: { n: 1 } });
     outbox.start();
     const ev = await waitForRow(outbox, id, (e) => e.attempts >= 3, "attempted 3 times");
     assert.equal(ev.state, "dead", "no delay left after the third attempt");
@@ -116,7 +111,7 @@ describe("outbox: retries, dead letters, 410, Retry-After", () => {
   test("410 Gone dead-letters the event at its first attempt, with the whole schedule left", async (t) => {
     const rx = await startReceiver(t, { status: () => 410 });
     const { outbox } = openOutbox(t, { retryScheduleSeconds: [60, 60] });
-    const id = outbox.add({ type: "test_event", url: rx.url, data: {} });
+    const id = outbox.add({ type: "system_update", url: rx.url, data: {} });
     outbox.start();
     const ev = await waitForRow(outbox, id, (e) => e.attempts === 1, "attempted");
     assert.equal(ev.state, "dead");
@@ -129,7 +124,7 @@ describe("outbox: retries, dead letters, 410, Retry-After", () => {
   test("a failed attempt with delays left keeps the event pending until the schedule's next delay", async (t) => {
     const rx = await startReceiver(t, { status: () => 503 });
     const { outbox, db } = openOutbox(t, { retryScheduleSeconds: [60] });
-    const id = outbox.add({ type: "test_event", url: rx.url, data: {} });
+    const id = outbox.add({ type: "system_update", url: rx.url, data: {} });
     outbox.start();
     const ev = await waitForRow(outbox, id, (e) => e.attempts === 1, "attempted");
     assert.equal(ev.state, "pending");
@@ -149,7 +144,7 @@ describe("outbox: retries, dead letters, 410, Retry-After", () => {
         headers: () => ({ "retry-after": retryAfter() }),
       });
       const { outbox, db } = openOutbox(t, { retryScheduleSeconds: [0.05, 0.05] });
-      const id = outbox.add({ type: "test_event", url: rx.url, data: {} });
+      const id = outbox.add({ type: "system_update", url: rx.url, data: {} });
       outbox.start();
       const ev = await waitForRow(outbox, id, (e) => e.attempts === 1, "attempted");
       assert.equal(ev.state, "pending");
@@ -160,14 +155,14 @@ describe("outbox: retries, dead letters, 410, Retry-After", () => {
   test("every retry carries the event's webhook-id, its body and a signature that verifies", async (t) => {
     const rx = await startReceiver(t, { status: (n) => (n === 0 ? 503 : 200) });
     const { outbox } = openOutbox(t, { retryScheduleSeconds: [0.05] });
-    const id = outbox.add({ type: "test_event", url: rx.url, data: { route_id: "a.test" } });
+    const id = outbox.add({ type: "system_update", url: rx.url, data: { route_id: "a.test" } });
     outbox.start();
     await waitForRow(outbox, id, (e) => e.state === "delivered", "delivered");
     const [first, retry] = rx.requests;
     assert.ok(first && retry && rx.requests.length === 2, `${rx.requests.length} requests`);
     assert.deepEqual(ids(rx.requests), [id, id]);
     assert.equal(retry.body, first.body);
-    assert.equal(retry.json.type, "test_event");
+    assert.equal(retry.json.type, "system_update");
     assert.deepEqual(retry.json.data, { route_id: "a.test" });
     for (const r of rx.requests) assert.ok(verifyStandardWebhook(TEST_SECRET, r), "signature verifies");
   });
@@ -177,7 +172,7 @@ describe("outbox: redelivery", () => {
   test("a dead event redelivered gets the whole schedule again, its attempts numbered on", async (t) => {
     const rx = await startReceiver(t, { status: () => 503 });
     const { outbox } = openOutbox(t, { retryScheduleSeconds: [0.05] });
-    const id = outbox.add({ type: "test_event", url: rx.url, data: {} });
+    const id = outbox.add({ type: "system_update", url: rx.url, data: {} });
     outbox.start();
     await waitForRow(outbox, id, (e) => e.state === "dead", "dead");
     const r = outbox.redeliver(id);
@@ -200,7 +195,7 @@ describe("outbox: redelivery", () => {
 
   test("redeliver refuses a pending event and an unknown one, and changes neither", async (t) => {
     const { outbox } = openOutbox(t, { retryScheduleSeconds: [60] });
-    const id = outbox.add({ type: "test_event", url: "http://127.0.0.1:9/hook", data: {} });
+    const id = outbox.add({ type: "system_update", url: "http://127.0.0.1:9/hook", data: {} });
     const before = outbox.get(id);
     assert.deepEqual(outbox.redeliver(id), { ok: false, reason: "pending", event: before });
     assert.deepEqual(outbox.get(id), before);
@@ -225,9 +220,9 @@ describe("outbox: ordering per key", () => {
   test("a key waiting for a retry does not hold up another key", async (t) => {
     const rx = await startReceiver(t, { status: (_n, w) => (w.json.data.key === "a" ? 503 : 200) });
     const { outbox } = openOutbox(t, { retryScheduleSeconds: [60] });
-    const a1 = outbox.add({ type: "t", url: rx.url, data: { key: "a" }, orderingKey: "a" });
-    const a2 = outbox.add({ type: "t", url: rx.url, data: { key: "a" }, orderingKey: "a" });
-    const b1 = outbox.add({ type: "t", url: rx.url, data: { key: "b" }, orderingKey: "b" });
+    const a1 = outbox.add({ type: "route_change", url: rx.url, data: { key: "a" }, orderingKey: "a" });
+    const a2 = outbox.add({ type: "route_change", url: rx.url, data: { key: "a" }, orderingKey: "a" });
+    const b1 = outbox.add({ type: "route_change", url: rx.url, data: { key: "b" }, orderingKey: "b" });
     outbox.start();
     await waitForRow(outbox, b1, (e) => e.state === "delivered", "delivered");
     await waitForRow(outbox, a1, (e) => e.attempts === 1, "attempted");
@@ -245,8 +240,8 @@ describe("outbox: ordering per key", () => {
     t.after(() => release());
     const rx = await startReceiver(t, { hold: (w) => (w.json.data.n === 1 ? answered : undefined) });
     const { outbox } = openOutbox(t, { retryScheduleSeconds: [60] });
-    const e1 = outbox.add({ type: "t", url: rx.url, data: { n: 1 }, orderingKey: "k" });
-    const e2 = outbox.add({ type: "t", url: rx.url, data: { n: 2 }, orderingKey: "k" });
+    const e1 = outbox.add({ type: "route_change", url: rx.url, data: { n: 1 }, orderingKey: "k" });
+    const e2 = outbox.add({ type: "route_change", url: rx.url, data: { n: 2 }, orderingKey: "k" });
     outbox.start();
     await rx.waitForRequests(1, WAIT_MS);
     assert.equal(await outbox.deliverNow(e2, 1_000), false, "e1 is still in flight");
@@ -262,7 +257,7 @@ describe("outbox: at least once across restarts", () => {
   test("an event written while no worker runs is delivered by the next outbox on the same database", async (t) => {
     const dir = dataDir();
     const rx = await startReceiver(t);
-    const id = writeEvent(dir, { type: "test_event", url: rx.url, data: {} });
+    const id = writeEvent(dir, { type: "system_update", url: rx.url, data: {} });
     const { outbox } = openOutbox(t, { dir, retryScheduleSeconds: [60] });
     outbox.start();
     await waitForRow(outbox, id, (e) => e.state === "delivered", "delivered");
@@ -278,7 +273,7 @@ describe("outbox: at least once across restarts", () => {
     });
     t.after(() => release());
     const rx = await startReceiver(t, { hold: () => (rx.received.length === 1 ? never : undefined) });
-    const id = writeEvent(dir, { type: "test_event", url: rx.url, data: { n: 1 } });
+    const id = writeEvent(dir, { type: "system_update", url: rx.url, data: { n: 1 } });
 
     const worker = spawn(
       process.execPath,
@@ -319,7 +314,7 @@ describe("outbox: every attempt recorded", () => {
     // The worker is not started: each attempt is made by deliverNow, and the long schedule keeps the
     // worker's timer (armed by a failed attempt) from making one of its own during the test.
     const { outbox, db } = openOutbox(t, { retryScheduleSeconds: [60, 60, 60, 60] });
-    const id = outbox.add({ type: "test_event", url, data: {} });
+    const id = outbox.add({ type: "system_update", url, data: {} });
 
     assert.equal(await outbox.deliverNow(id, 5_000), false, "nothing listens yet");
     let release = () => {};

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy, startRefusableCaddy } from "../helpers/caddy.js";
 import { startReceiver, startUpstream } from "../helpers/http.js";
@@ -171,7 +172,7 @@ describe("metrics of callbacks", () => {
     const deadline = Date.now() + 5000;
     let s = await scrape(h);
     while (value(s, "hostkeeper_outbox_delivery_attempts_total") < 4 && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 20));
+      await sleep(20);
       s = await scrape(h);
     }
     assert.equal(value(s, "hostkeeper_outbox_delivery_attempts_total", { outcome: "delivered" }), 2);

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { outboxMigrations } from "../../src/events/outbox.js";
+import { outboxMigrations } from "../../src/events/store.js";
 import { proxyMigrations } from "../../src/proxy/store.js";
 import { openDatabase } from "../../src/store/db.js";
 

@@ -1,0 +1,50 @@
+import { Socket } from "node:net";
+import type { FastifyInstance } from "fastify";
+import { payloadTooLarge } from "./errors.js";
+
+/**
+ * How long a connection that closes after its answer keeps reading what the client still sends (and
+ * dropping it) before it is torn down whatever comes: long enough for a body of a few megabytes to finish
+ * on a slow link, short enough that a client streaming without end holds a connection for seconds only.
+ */
+const LINGER_MS = 5_000;
+
+/**
+ * Bodies over the limit, on every method, and answers that go out before the body is in.
+ *
+ * Fastify enforces `bodyLimit` only where it parses a body: a GET (or HEAD) with 2 MB of body reached its
+ * handler, which never read it. Here a Content-Length over the route's limit is refused with the 413 of a
+ * POST, after the token and scope checks like every other answer, before anything reads the body.
+ *
+ * An answer that closes the connection (a 413, or any answer to a client that sent `Connection: close`)
+ * while the body is still arriving would be lost: Node's server destroys the socket once the answer is
+ * flushed, and the kernel answers the bytes the client still sends with a reset, which discards the
+ * answer unread in the client's buffer. Such a connection closes in stages instead (RFC 9112 section
+ * 9.6): it ends its side after the answer, reads and drops what the client still sends, and closes when
+ * the client does, or after LINGER_MS.
+ */
+export function limitRequestBodies(app: FastifyInstance): void {
+  app.addHook("preParsing", async (request, _reply, payload) => {
+    const declared = Number(request.headers["content-length"]);
+    if (declared > request.routeOptions.bodyLimit) throw payloadTooLarge();
+    return payload;
+  });
+  app.addHook("onSend", async (request, _reply, payload) => {
+    const socket = request.raw.socket;
+    if (!request.raw.complete && socket instanceof Socket) lingerOnClose(socket);
+    return payload;
+  });
+}
+
+/**
+ * Replaces the one call Node's HTTP server makes to close a connection after its last answer
+ * (`destroySoon`: end, then destroy as soon as the end is flushed) with a close that reads on.
+ */
+function lingerOnClose(socket: Socket): void {
+  socket.destroySoon = () => {
+    if (socket.writable) socket.end();
+    const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+    timer.unref();
+    socket.once("close", () => clearTimeout(timer));
+  };
+}
