@@ -1,5 +1,4 @@
 import { Type } from "@sinclair/typebox";
-import type { FastifyRequest } from "fastify";
 import type { DenyList } from "../events/egress.js";
 import { callbackUrlError } from "../http/callback-url.js";
 import { validationFailed } from "../http/errors.js";
@@ -30,8 +29,6 @@ export const MAX_PREFER_WAIT_SECONDS = 60;
 
 export function registerSystemRoutes(app: App, service: SystemService, deny: DenyList): void {
   for (const s of systemSharedSchemas) app.addSchema(s);
-  /** Applies whose response schedules a reboot; the reboot's delay starts once that response is sent. */
-  const rebootAfterResponse = new WeakSet<FastifyRequest>();
 
   app.post(
     "/v1/system/check-updates",
@@ -78,9 +75,6 @@ export function registerSystemRoutes(app: App, service: SystemService, deny: Den
           ...PACKAGE_RUN_PROBLEMS,
         },
       },
-      onResponse: async (request) => {
-        if (rebootAfterResponse.has(request)) service.startScheduledReboot();
-      },
     },
     async (request, reply) => {
       const { update_type: type, auto_reboot: autoReboot = false, callback_url: callback } = request.body;
@@ -92,11 +86,7 @@ export function registerSystemRoutes(app: App, service: SystemService, deny: Den
         request_id: request.id,
       };
       const prefs = parsePrefer(request.headers.prefer);
-      if (!prefs.has("respond-async")) {
-        const result = await service.apply(type, autoReboot, who, callback);
-        if (result.reboot_scheduled) rebootAfterResponse.add(request);
-        return result;
-      }
+      if (!prefs.has("respond-async")) return service.apply(type, autoReboot, who, callback);
       const { status, done } = service.startApply(type, autoReboot, who, callback);
       const wait = preferredWaitSeconds(prefs);
       const applied = ["respond-async"];
