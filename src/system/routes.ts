@@ -7,17 +7,14 @@ import type { App } from "../http/types.js";
 import { settledWithin } from "../util/timers.js";
 import { RefTo } from "../util/typebox.js";
 import {
-  ApplyHistoryQuerySchema,
-  ApplyHistorySchema,
   ApplyIdParamsSchema,
   ApplyResultSchema,
   ApplyStatusSchema,
   ApplyUpdatesRequestSchema,
-  DownloadResultSchema,
-  DownloadUpdatesRequestSchema,
-  SystemStatusSchema,
-  systemSharedSchemas,
-} from "./schemas.js";
+} from "./apply-schemas.js";
+import { DownloadResultSchema, DownloadUpdatesRequestSchema, SystemStatusSchema } from "./check-schemas.js";
+import { ApplyHistoryQuerySchema, ApplyHistorySchema } from "./history-schemas.js";
+import { systemSharedSchemas } from "./schemas.js";
 import type { SystemService } from "./service.js";
 
 /** What a request with a body that runs the package manager may answer. */
