@@ -1,7 +1,7 @@
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
-import { CHILD_ENV, childEnv } from "../util/child-env.js";
+import { CHILD_ENV, type ChildEnv, childEnv } from "../util/child-env.js";
 import { fs } from "../util/node-builtins.js";
 import { plural } from "../util/text.js";
 import { type ChangelogEntry, changelogAdvisories, readDebChangelog } from "./apt-changelog.js";
@@ -178,7 +178,9 @@ export function aptListOption(dump: string, name: string): string[] {
  */
 export class AptPackageManager implements PackageManager, UpgradeSteps {
   readonly name = "apt" as const;
-  private readonly env: NodeJS.ProcessEnv;
+  private readonly env: ChildEnv;
+  /** dpkg-deb's, reading changelogs: no apt variables, the C locale. */
+  private readonly dpkgDebEnv: ChildEnv;
   private paths: Promise<AptPaths> | undefined;
   /** Parsed changelogs by `name arch version`; undefined: the package has no changelog of its own. */
   private readonly changelogs = new Map<string, { source: string; entries: ChangelogEntry[] } | undefined>();
@@ -192,6 +194,7 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
       NEEDRESTART_MODE: "l",
       ...(o.aptConfig === undefined ? {} : { APT_CONFIG: o.aptConfig }),
     });
+    this.dpkgDebEnv = childEnv(o.env, CHILD_ENV.packages, { LC_ALL: "C" });
   }
 
   async check(): Promise<PackageUpdate[]> {
@@ -267,7 +270,7 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
             if (left <= 0) return;
             const [u, file] = next;
             try {
-              this.remember(cacheKey(u), await readDebChangelog(file, u.name, left));
+              this.remember(cacheKey(u), await readDebChangelog(file, u.name, left, this.dpkgDebEnv));
             } catch (err) {
               // Not remembered: the next check tries again.
               this.o.log?.warn(

@@ -1,5 +1,5 @@
 import { join } from "node:path";
-import { CHILD_ENV, childEnv } from "../util/child-env.js";
+import { CHILD_ENV, type ChildEnv, childEnv } from "../util/child-env.js";
 import { fs } from "../util/node-builtins.js";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import type { LockHolder } from "./errors.js";
@@ -192,7 +192,7 @@ export function dnfCacheDir(conf: string): string {
  */
 export class DnfPackageManager implements PackageManager, UpgradeSteps {
   readonly name = "dnf" as const;
-  private readonly env: NodeJS.ProcessEnv;
+  private readonly env: ChildEnv;
   private readonly base: string[];
 
   constructor(private readonly o: DnfOptions) {

@@ -1,4 +1,3 @@
-import type { ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import type { Logger } from "pino";
 import type { Db } from "../store/db.js";
@@ -51,7 +50,7 @@ export class Reboots {
   /** The apply whose reboot is scheduled, until the reboot command starts. */
   private pending: number | undefined;
   private timer: NodeJS.Timeout | undefined;
-  private child: ChildProcess | undefined;
+  private child: ReturnType<typeof spawnChild> | undefined;
   private closed = false;
 
   constructor(private readonly o: RebootsOptions) {
