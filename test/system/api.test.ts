@@ -4,14 +4,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
+import { AptPackageManager } from "../../src/system/apt.js";
 import {
-  AptPackageManager,
   aptLockHolder,
   aptProgress,
   isSecurityOrigin,
   parseNeedrestartServices,
   parseSimulation,
-} from "../../src/system/apt.js";
+} from "../../src/system/apt-output.js";
 import {
   advisoryPackages,
   dnfCacheDir,
@@ -21,7 +21,7 @@ import {
   parseUnits,
   parseUpdateInfo,
   parseVersionLocks,
-} from "../../src/system/dnf.js";
+} from "../../src/system/dnf-output.js";
 import { Mutex } from "../../src/system/mutex.js";
 import { detectPackageManager } from "../../src/system/select.js";
 import { buildTestApp } from "../helpers/app.js";
