@@ -46,10 +46,11 @@ import type { AppConfig } from "./settings.js";
 import { AuditLog, auditMigrations } from "./store/audit.js";
 import { type Db, openDatabase } from "./store/db.js";
 import { generateToken, generateWebhookSecret, loadOrCreateSecret } from "./store/secrets.js";
+import { systemMigrations } from "./system/migrations.js";
 import { systemProblem } from "./system/problems.js";
 import { registerSystemRoutes } from "./system/routes.js";
 import { createPackageManager } from "./system/select.js";
-import { SystemService, systemMigrations } from "./system/service.js";
+import { SystemService } from "./system/service.js";
 import { settledWithin } from "./util/timers.js";
 
 const buildSerializer = SerializerSelector();

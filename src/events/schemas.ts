@@ -1,5 +1,5 @@
 import { Type } from "@sinclair/typebox";
-import { StringEnum } from "../http/schemas.js";
+import { StringEnum } from "../util/typebox.js";
 import { EVENT_STATES, EVENT_TYPES } from "./event-kinds.js";
 
 const nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T, description?: string) =>

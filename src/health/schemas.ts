@@ -1,6 +1,6 @@
 import { type Static, Type } from "@sinclair/typebox";
-import { RefTo, StringEnum } from "../http/schemas.js";
 import { ActiveInstanceSchema } from "../operator/schemas.js";
+import { RefTo, StringEnum } from "../util/typebox.js";
 
 const Nullable = <T extends ReturnType<typeof Type.String | typeof Type.Integer | typeof Type.Boolean>>(
   schema: T,

@@ -1,6 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { AUDIT_OUTCOMES, type AuditLog } from "../store/audit.js";
-import { jsonContent, NullableString, problemResponses, StringEnum } from "./schemas.js";
+import { NullableString, StringEnum } from "../util/typebox.js";
+import { jsonContent, problemResponses } from "./schemas.js";
 import type { TokenRegistry } from "./tokens.js";
 import type { App } from "./types.js";
 

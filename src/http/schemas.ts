@@ -1,4 +1,4 @@
-import { type SchemaOptions, type Static, type TSchema, type TString, Type } from "@sinclair/typebox";
+import { Type } from "@sinclair/typebox";
 import { type ProblemCode, problemCodes } from "./errors.js";
 
 export const FieldErrorSchema = Type.Object(
@@ -42,26 +42,4 @@ export function problemResponses(...codes: ProblemCode[]): Record<number, unknow
     };
   }
   return out;
-}
-
-/** A string limited to `values`, as a plain JSON Schema `enum` (clear validation messages, one OpenAPI enum). */
-export function StringEnum<const V extends readonly string[]>(values: V, options: SchemaOptions = {}) {
-  return Type.Unsafe<V[number]>({ ...options, type: "string", enum: [...values] });
-}
-
-/**
- * A string or null as one JSON Schema `type: ["string", "null"]` (OpenAPI 3.1) rather than an `anyOf`, so
- * a wrong value gets one message ("must be a string or null") instead of one per branch.
- */
-export function NullableString(schema: TString) {
-  return Type.Unsafe<string | null>({ ...schema, type: ["string", "null"] });
-}
-
-/**
- * A `$ref` to `schema` (registered with the app under its `$id`) that keeps the schema's static type, so
- * request types come from the schemas alone (`Static<typeof X>`) while the OpenAPI document names the shape.
- */
-export function RefTo<T extends TSchema>(schema: T) {
-  if (schema.$id === undefined) throw new Error("RefTo needs a schema with an $id");
-  return Type.Unsafe<Static<T>>(Type.Ref(schema.$id));
 }

@@ -1,8 +1,9 @@
 import type { DenyList } from "../events/egress.js";
 import { callbackUrlError } from "../http/callback-url.js";
 import { type FieldError, validationFailed } from "../http/errors.js";
-import { jsonContent, problemResponses, RefTo } from "../http/schemas.js";
+import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
+import { RefTo } from "../util/typebox.js";
 import {
   OperatorUpdateRequestSchema,
   RunningInstanceSchema,

@@ -1,5 +1,5 @@
 import { type Static, Type } from "@sinclair/typebox";
-import { NullableString, StringEnum } from "../http/schemas.js";
+import { NullableString, StringEnum } from "../util/typebox.js";
 import { updateErrorCodes } from "./failure.js";
 
 const updateStates = [

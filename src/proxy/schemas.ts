@@ -1,5 +1,5 @@
 import { type Static, Type } from "@sinclair/typebox";
-import { NullableString, RefTo, StringEnum } from "../http/schemas.js";
+import { NullableString, RefTo, StringEnum } from "../util/typebox.js";
 
 export const UpstreamSchema = Type.Object(
   {

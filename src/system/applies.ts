@@ -1,42 +1,8 @@
 import type { Outbox } from "../events/outbox.js";
-import type { Db, Migration } from "../store/db.js";
+import type { Db } from "../store/db.js";
+import { ApplyNotFoundError } from "./errors.js";
 import type { ApplyChanges, ApplyProgress, PackageUpdate, Recovery } from "./package-manager.js";
-import type { ApplyState, ApplyStatus, RebootReport } from "./schemas.js";
-
-export const applyStateMigrations: Migration[] = [
-  {
-    // An apply's state machine (what an async apply reports), with a history of states, the callback its
-    // events go to, and what it planned, recovered and rebooted. Earlier rows get the state their outcome means.
-    name: "system.003_apply_states",
-    sql: `
-      ALTER TABLE system_applies ADD COLUMN state TEXT NOT NULL DEFAULT 'completed';
-      ALTER TABLE system_applies ADD COLUMN callback_url TEXT;
-      ALTER TABLE system_applies ADD COLUMN progress TEXT;
-      ALTER TABLE system_applies ADD COLUMN planned TEXT;
-      ALTER TABLE system_applies ADD COLUMN recovery TEXT;
-      ALTER TABLE system_applies ADD COLUMN reboot TEXT;
-      ALTER TABLE system_applies ADD COLUMN reboot_at TEXT;
-      ALTER TABLE system_applies ADD COLUMN updated_at TEXT;
-      UPDATE system_applies SET state = CASE outcome WHEN 'failed' THEN 'failed'
-        WHEN 'interrupted' THEN 'interrupted' WHEN 'running' THEN 'installing' ELSE 'completed' END,
-        updated_at = COALESCE(finished_at, started_at);
-      CREATE TABLE system_apply_states (
-        apply_id INTEGER NOT NULL REFERENCES system_applies (id),
-        seq INTEGER NOT NULL,
-        state TEXT NOT NULL,
-        at TEXT NOT NULL,
-        PRIMARY KEY (apply_id, seq)
-      );
-      CREATE TABLE system_boots (
-        boot_id TEXT PRIMARY KEY,
-        seen_at TEXT NOT NULL,
-        booted_at TEXT,
-        kernel TEXT,
-        previous_boot_id TEXT,
-        planned_apply_id INTEGER
-      );`,
-  },
-];
+import type { ApplyRecord, ApplyState, ApplyStatus, RebootReport } from "./schemas.js";
 
 export interface ApplyRow {
   id: number;
@@ -86,6 +52,25 @@ export function changesOf(stored: string | null) {
 
 export const applyPath = (id: number) => `/v1/system/applies/${id}`;
 
+/** A reboot report before anything happened to the reboot: the boot and kernel it is to leave. */
+export function newRebootReport(before: { boot_id: string | null; kernel: string | null }): RebootReport {
+  return {
+    boot_id_before: before.boot_id,
+    kernel_before: before.kernel,
+    command_started_at: null,
+    boot_id_after: null,
+    kernel_after: null,
+    back_online_at: null,
+    reboot_required_after: null,
+    error: null,
+  };
+}
+
+/** The reboot report of an apply; an apply without one (no reboot was scheduled) reads as an empty one. */
+export function rebootReportOf(row: ApplyRow): RebootReport {
+  return json<RebootReport>(row.reboot) ?? newRebootReport({ boot_id: null, kernel: null });
+}
+
 /** Fields a transition may set with the state. */
 export interface ApplyFields {
   outcome?: ApplyRow["outcome"];
@@ -106,6 +91,7 @@ export interface ApplyFields {
 export class ApplyStore {
   private readonly insertStmt;
   private readonly byIdStmt;
+  private readonly latestStmt;
   private readonly statesStmt;
   private readonly addStateStmt;
 
@@ -120,6 +106,7 @@ export class ApplyStore {
          @callback_url, @at)`,
     );
     this.byIdStmt = db.prepare("SELECT * FROM system_applies WHERE id = ?");
+    this.latestStmt = db.prepare("SELECT * FROM system_applies ORDER BY id DESC LIMIT ?");
     this.statesStmt = db.prepare("SELECT state, at FROM system_apply_states WHERE apply_id = ? ORDER BY seq");
     this.addStateStmt = db.prepare(
       `INSERT INTO system_apply_states (apply_id, seq, state, at)
@@ -146,8 +133,16 @@ export class ApplyStore {
     return id;
   }
 
-  get(id: number): ApplyRow | undefined {
+  /** Apply `id`; undefined when there is none. */
+  find(id: number): ApplyRow | undefined {
     return this.byIdStmt.get(id) as ApplyRow | undefined;
+  }
+
+  /** Apply `id`; throws `ApplyNotFoundError` when there is none. */
+  get(id: number): ApplyRow {
+    const row = this.find(id);
+    if (row === undefined) throw new ApplyNotFoundError(id);
+    return row;
   }
 
   /** Moves an apply to `state`, setting `fields` with it; its history entry and event in the same transaction. */
@@ -166,7 +161,12 @@ export class ApplyStore {
       this.recordState(id, state, now);
     })();
     this.outbox.kick();
-    return this.get(id) as ApplyRow;
+    return this.get(id);
+  }
+
+  /** Moves apply `row`, whose reboot was scheduled, to `state`, with `report` over its reboot report. */
+  transitionReboot(row: ApplyRow, state: ApplyState, report: Partial<RebootReport>): void {
+    this.transition(row.id, state, { reboot: { ...rebootReportOf(row), ...report } });
   }
 
   /** Sets fields without a change of state (no event): the plan, the recovery, the progress. */
@@ -225,9 +225,28 @@ export class ApplyStore {
     };
   }
 
+  /** The latest `limit` applies, newest first, as the apply history shows them. */
+  history(limit: number): ApplyRecord[] {
+    return (this.latestStmt.all(limit) as ApplyRow[]).map((r) => ({
+      id: r.id,
+      state: r.state,
+      request_id: r.request_id,
+      requested_by: JSON.parse(r.requested_by) as ApplyRecord["requested_by"],
+      update_type: r.update_type,
+      auto_reboot: r.auto_reboot === 1,
+      package_manager: r.package_manager,
+      started_at: r.started_at,
+      finished_at: r.finished_at,
+      duration_ms: r.duration_ms,
+      outcome: r.outcome,
+      error: json<ApplyRecord["error"]>(r.error),
+      ...changesOf(r.result),
+    }));
+  }
+
   private recordState(id: number, state: ApplyState, at: string): void {
     this.addStateStmt.run(id, id, state, at);
-    const row = this.get(id) as ApplyRow;
+    const row = this.get(id);
     if (row.callback_url === null) return;
     this.outbox.add({
       type: "system_update",

@@ -1,7 +1,8 @@
-import { spawn } from "node:child_process";
 import { gunzipSync } from "node:zlib";
+import { type ChildEnv, spawnChild } from "../util/child-env.js";
 import { signalGroup } from "../util/processes.js";
 import type { Advisory, Severity } from "./package-manager.js";
+import { TarReader } from "./tar-reader.js";
 
 /** dpkg's ordering of the non-digit parts of a version: `~` sorts before everything, letters before other characters. */
 function order(c: string | undefined): number {
@@ -145,113 +146,75 @@ export function changelogAdvisories(
 const MAX_CHANGELOG = 8 * 1024 * 1024;
 
 /**
- * Reads one member of the package's data archive, streaming `dpkg-deb --fsys-tarfile` through a small tar
- * reader and stopping dpkg-deb as soon as the member was read, so a large package is not unpacked. Resolves
- * the source package name (from the changelog) and its entries, or undefined when the package has no changelog
- * of its own (e.g. its doc folder links to another package's).
+ * The changelog of package `pkg` in the .deb file `deb`: the source package's name (from the changelog) and
+ * its entries, or undefined when the package has no changelog of its own (e.g. its doc folder links to
+ * another package's). dpkg-deb runs with `env`.
  */
-export function readDebChangelog(
+export async function readDebChangelog(
   deb: string,
   pkg: string,
   timeoutMs: number,
+  env: ChildEnv,
 ): Promise<{ source: string; entries: ChangelogEntry[] } | undefined> {
-  const wanted = new Set(["changelog.Debian.gz", "changelog.gz"].map((f) => `usr/share/doc/${pkg}/${f}`));
+  // An upstream changelog.gz may sit beside the Debian one, which is read first.
+  const names = ["changelog.Debian.gz", "changelog.gz"].map((f) => `usr/share/doc/${pkg}/${f}`);
+  const found = await readDataMembers(deb, names, timeoutMs, env);
+  const gz = names.map((n) => found.get(n)).find((data) => data !== undefined);
+  if (gz === undefined) return undefined;
+  try {
+    const text = gunzipSync(gz, { maxOutputLength: MAX_CHANGELOG }).toString("utf8");
+    return { source: /^(\S+) \(/.exec(text)?.[1] ?? pkg, entries: parseChangelog(text) };
+  } catch (e) {
+    throw new Error(`the changelog of ${deb} cannot be read: ${(e as Error).message}`);
+  }
+}
+
+/**
+ * Reads the files `names` of the package's data archive, streaming `dpkg-deb --fsys-tarfile` through a tar
+ * reader and stopping dpkg-deb (its process group) as soon as the first of them was read, so a large
+ * package is not unpacked. Resolves what it found, by name.
+ */
+function readDataMembers(
+  deb: string,
+  names: readonly string[],
+  timeoutMs: number,
+  env: ChildEnv,
+): Promise<Map<string, Buffer>> {
   return new Promise((resolve, reject) => {
-    const child = spawn("dpkg-deb", ["--fsys-tarfile", deb], {
+    const child = spawnChild("dpkg-deb", ["--fsys-tarfile", deb], {
       stdio: ["ignore", "pipe", "pipe"],
       detached: true,
-      env: { ...process.env, LC_ALL: "C" },
+      env,
     });
-    let buffered: Buffer = Buffer.alloc(0);
-    let skip = 0;
-    let collecting: { name: string; size: number; parts: Buffer[]; got: number } | undefined;
-    let longName: string | undefined;
+    const reader = new TarReader((name, size) => names.includes(name) && size <= MAX_CHANGELOG);
     const found = new Map<string, Buffer>();
     let done = false;
     let stderr = "";
-    const finish = (err: Error | undefined) => {
+    const finish = (err?: Error) => {
       if (done) return;
       done = true;
       clearTimeout(timer);
       if (child.exitCode === null && child.pid !== undefined) signalGroup(child.pid, "SIGKILL");
-      if (err) return reject(err);
-      const gz =
-        found.get(`usr/share/doc/${pkg}/changelog.Debian.gz`) ??
-        found.get(`usr/share/doc/${pkg}/changelog.gz`);
-      if (gz === undefined) return resolve(undefined);
-      try {
-        const text = gunzipSync(gz, { maxOutputLength: MAX_CHANGELOG }).toString("utf8");
-        const entries = parseChangelog(text);
-        resolve({ source: /^(\S+) \(/.exec(text)?.[1] ?? pkg, entries });
-      } catch (e) {
-        reject(new Error(`the changelog of ${deb} cannot be read: ${(e as Error).message}`));
-      }
+      if (err) reject(err);
+      else resolve(found);
     };
     const timer = setTimeout(
       () => finish(new Error(`reading the changelog of ${deb} took more than ${timeoutMs / 1000} s`)),
       timeoutMs,
     );
-    child.stderr.on("data", (c: Buffer) => {
+    child.stderr?.on("data", (c: Buffer) => {
       if (stderr.length < 4096) stderr += c.toString("utf8");
     });
     child.once("error", (e) => finish(e));
     child.once("close", (code) => {
-      if (done) return;
       if (code !== 0 && found.size === 0)
         finish(new Error(`dpkg-deb --fsys-tarfile ${deb} failed (exit ${code}): ${stderr.trim()}`));
-      else finish(undefined);
+      else finish();
     });
-    child.stdout.on("data", (chunk: Buffer) => {
-      buffered = buffered.length ? Buffer.concat([buffered, chunk]) : chunk;
-      for (;;) {
-        if (skip > 0) {
-          const n = Math.min(skip, buffered.length);
-          if (collecting) {
-            collecting.parts.push(
-              buffered.subarray(0, Math.max(0, Math.min(n, collecting.size - collecting.got))),
-            );
-            collecting.got += n;
-          }
-          buffered = buffered.subarray(n);
-          skip -= n;
-          if (skip > 0) return;
-          if (collecting) {
-            const data = Buffer.concat(collecting.parts).subarray(0, collecting.size);
-            if (collecting.name === "\0longname") longName = data.toString("utf8").replace(/\0.*$/s, "");
-            else if (collecting.name === "\0pax")
-              longName = /(?:^|\n)\d+ path=([^\n]*)\n/.exec(data.toString("utf8"))?.[1];
-            else found.set(collecting.name, data);
-            collecting = undefined;
-            // An upstream changelog.gz may sit beside the Debian one: only the Debian one ends the search.
-            if (found.has(`usr/share/doc/${pkg}/changelog.Debian.gz`)) return finish(undefined);
-          }
-        }
-        if (buffered.length < 512) return;
-        const header = buffered.subarray(0, 512);
-        buffered = buffered.subarray(512);
-        if (header.every((b) => b === 0)) continue;
-        const field = (off: number, len: number) =>
-          header
-            .subarray(off, off + len)
-            .toString("utf8")
-            .replace(/\0.*$/s, "");
-        const size = Number.parseInt(field(124, 12).trim() || "0", 8);
-        const type = field(156, 1);
-        const prefix = field(345, 155);
-        let name = longName ?? (prefix ? `${prefix}/${field(0, 100)}` : field(0, 100));
-        longName = undefined;
-        name = name.replace(/^\.\//, "").replace(/^\//, "");
-        skip = Math.ceil(size / 512) * 512;
-        // GNU long names (`L`, what dpkg-deb writes) and pax headers (`x`, other .deb builders) name the next member.
-        if (type === "L") collecting = { name: "\0longname", size, parts: [], got: 0 };
-        else if (type === "x") collecting = { name: "\0pax", size, parts: [], got: 0 };
-        else if ((type === "0" || type === "") && wanted.has(name) && size <= MAX_CHANGELOG)
-          collecting = { name, size, parts: [], got: 0 };
-        if (skip === 0 && collecting) {
-          found.set(collecting.name, Buffer.alloc(0));
-          collecting = undefined;
-        }
-      }
+    child.stdout?.on("data", (chunk: Buffer) => {
+      if (done) return;
+      for (const m of reader.push(chunk)) found.set(m.name, m.data);
+      if (found.has(names[0] ?? "")) finish();
     });
   });
 }

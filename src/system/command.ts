@@ -1,6 +1,6 @@
-import { spawn } from "node:child_process";
-import { setTimeout as sleep } from "node:timers/promises";
+import { type ChildEnv, spawnChild } from "../util/child-env.js";
 import { signalGroup } from "../util/processes.js";
+import { sleep } from "../util/timers.js";
 import { CommandError, type LockHolder, PackageManagerBusyError } from "./errors.js";
 
 export interface CommandResult {
@@ -11,7 +11,7 @@ export interface CommandResult {
 }
 
 export interface RunOptions {
-  env: NodeJS.ProcessEnv;
+  env: ChildEnv;
   timeoutMs: number;
   /**
    * Called with each complete line as it arrives: of stdout, and of file descriptor 3 (`status`), which the
@@ -58,7 +58,7 @@ function collect(stream: NodeJS.ReadableStream | null): () => string {
 export function runCommand(file: string, args: readonly string[], o: RunOptions): Promise<CommandResult> {
   return new Promise((resolve, reject) => {
     const stdio: ("ignore" | "pipe")[] = ["ignore", "pipe", "pipe", ...(o.onLine ? ["pipe" as const] : [])];
-    const child = spawn(file, args, { env: o.env, cwd: o.cwd, stdio, detached: true });
+    const child = spawnChild(file, args, { env: o.env, cwd: o.cwd, stdio, detached: true });
     const stdout = collect(child.stdout);
     const stderr = collect(child.stderr);
     const onLine = o.onLine;

@@ -1,3 +1,5 @@
+import { PackageManagerBusyError } from "./errors.js";
+
 /** A first-come first-served lock whose waiters give up after a time-out. */
 export class Mutex {
   private locked = false;
@@ -32,5 +34,25 @@ export class Mutex {
       }, timeoutMs);
       this.waiters.push(waiter);
     });
+  }
+}
+
+/** This agent's own lock on the package manager: one check, download or apply at a time. */
+export class PackageLock {
+  private readonly mutex = new Mutex();
+
+  constructor(private readonly timeoutMs: number) {}
+
+  /** Runs `fn` holding the lock; fails as busy when it is not free within the lock time-out. */
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    return this.mutex.run(
+      this.timeoutMs,
+      () =>
+        new PackageManagerBusyError(
+          { lock: "the package lock of this agent", pid: process.pid, name: "another check or apply" },
+          this.timeoutMs,
+        ),
+      fn,
+    );
   }
 }

@@ -1,5 +1,3 @@
-import { Type } from "@sinclair/typebox";
-import type { FastifyRequest } from "fastify";
 import type { DenyList } from "../events/egress.js";
 import { callbackUrlError } from "../http/callback-url.js";
 import { validationFailed } from "../http/errors.js";
@@ -7,12 +5,16 @@ import { parsePrefer, preferredWaitSeconds } from "../http/prefer.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
 import { settledWithin } from "../util/timers.js";
+import { RefTo } from "../util/typebox.js";
 import {
-  ApplyHistoryQuerySchema,
   ApplyIdParamsSchema,
-  type ApplyUpdatesRequest,
-  systemSharedSchemas,
-} from "./schemas.js";
+  ApplyResultSchema,
+  ApplyStatusSchema,
+  ApplyUpdatesRequestSchema,
+} from "./apply-schemas.js";
+import { DownloadResultSchema, DownloadUpdatesRequestSchema, SystemStatusSchema } from "./check-schemas.js";
+import { ApplyHistoryQuerySchema, ApplyHistorySchema } from "./history-schemas.js";
+import { systemSharedSchemas } from "./schemas.js";
 import type { SystemService } from "./service.js";
 
 /** What a request with a body that runs the package manager may answer. */
@@ -28,145 +30,122 @@ const PACKAGE_RUN_PROBLEMS = problemResponses(
 /** The longest `Prefer: wait=` an async apply honours before answering 202. */
 export const MAX_PREFER_WAIT_SECONDS = 60;
 
+const checkUpdates = {
+  tags: ["system"],
+  operationId: "checkUpdates",
+  summary: "Check for system package updates",
+  description:
+    "Refreshes the package lists (a failure to fetch any of them is an error), then reports the available updates and whether a reboot is required. Waits while another apply of this agent or another program holds the package manager, up to `HOSTKEEPER_PACKAGE_LOCK_TIMEOUT_MS`. Request body: none.",
+  response: {
+    200: jsonContent(RefTo(SystemStatusSchema), "The System object, with the details of each update."),
+    ...problemResponses("package_manager_busy", "package_manager_failed"),
+  },
+};
+
+const applyUpdates = {
+  tags: ["system"],
+  operationId: "applyUpdates",
+  summary: "Apply system package updates",
+  description: `Installs the updates of \`update_type\` non-interactively, keeping configuration files the administrator changed, and never upgrading a package of \`HOSTKEEPER_HOLD_PACKAGES\`. The answer says what changed and what was held back. Every apply, failed or not, is recorded in the apply history. With \`Prefer: respond-async\` (RFC 7240) the answer is 202 at once, with the apply's status and its \`Location\` (\`GET /v1/system/applies/{id}\`), and \`Preference-Applied: respond-async\`; with \`wait=N\` too, the answer waits up to N seconds (at most ${MAX_PREFER_WAIT_SECONDS}) for the apply to finish first. A \`callback_url\` receives a \`system_update\` event at each state change, in either mode.`,
+  body: RefTo(ApplyUpdatesRequestSchema),
+  response: {
+    200: jsonContent(RefTo(ApplyResultSchema), "What the apply changed."),
+    202: {
+      ...jsonContent(
+        RefTo(ApplyStatusSchema),
+        "Accepted (`Prefer: respond-async`): the apply's status, `queued` (or further on, after `wait=`).",
+      ),
+      headers: {
+        location: { type: "string", description: "`/v1/system/applies/{id}`." },
+        "preference-applied": {
+          type: "string",
+          description: "`respond-async` (and `wait=N` when it waited).",
+        },
+      },
+    },
+    ...PACKAGE_RUN_PROBLEMS,
+  },
+};
+
+const getApply = {
+  tags: ["system"],
+  operationId: "getApply",
+  summary: "Get the status of an apply",
+  description:
+    "Any apply, asynchronous or not: its state and the history of its states, progress (packages downloaded and installed of total), the updates in scope, what changed once it is over, the package manager's recovery when one ran, the reboot that followed (boot id and kernel before and after), and the error of a failed or interrupted apply.",
+  params: ApplyIdParamsSchema,
+  response: {
+    200: jsonContent(RefTo(ApplyStatusSchema), "The apply's status."),
+    ...problemResponses("validation_failed", "apply_not_found"),
+  },
+};
+
+const downloadUpdates = {
+  tags: ["system"],
+  operationId: "downloadUpdates",
+  summary: "Download updates without installing them",
+  description:
+    "Refreshes the package lists and downloads what an apply of `update_type` would install (the same selection, held packages left out) into the package manager's cache (apt: `--download-only`; dnf: `--downloadonly`), so that a later apply only installs. Installs nothing. Waits for the package manager like check and apply.",
+  body: RefTo(DownloadUpdatesRequestSchema),
+  response: {
+    200: jsonContent(RefTo(DownloadResultSchema), "What was downloaded, and how many bytes."),
+    ...PACKAGE_RUN_PROBLEMS,
+  },
+};
+
+const listApplyHistory = {
+  tags: ["system"],
+  operationId: "listApplyHistory",
+  summary: "List past applies",
+  description:
+    "Every apply-updates call, newest first: who asked (remote address, user agent, request id), the update type, the outcome or error, what changed, and how long it took.",
+  querystring: ApplyHistoryQuerySchema,
+  response: {
+    200: jsonContent(RefTo(ApplyHistorySchema), "The applies."),
+    ...problemResponses("validation_failed"),
+  },
+};
+
 export function registerSystemRoutes(app: App, service: SystemService, deny: DenyList): void {
   for (const s of systemSharedSchemas) app.addSchema(s);
-  /** Applies whose response schedules a reboot; the reboot's delay starts once that response is sent. */
-  const rebootAfterResponse = new WeakSet<FastifyRequest>();
 
-  app.post(
-    "/v1/system/check-updates",
-    {
-      schema: {
-        tags: ["system"],
-        operationId: "checkUpdates",
-        summary: "Check for system package updates",
-        description:
-          "Refreshes the package lists (a failure to fetch any of them is an error), then reports the available updates and whether a reboot is required. Waits while another apply of this agent or another program holds the package manager, up to `HOSTKEEPER_PACKAGE_LOCK_TIMEOUT_MS`. Request body: none.",
-        response: {
-          200: jsonContent(Type.Ref("System"), "The System object, with the details of each update."),
-          ...problemResponses("package_manager_busy", "package_manager_failed"),
-        },
-      },
-    },
-    async () => service.check(),
+  app.post("/v1/system/check-updates", { schema: checkUpdates }, async () => service.check());
+
+  app.post("/v1/system/apply-updates", { schema: applyUpdates }, async (request, reply) => {
+    const { update_type: type, auto_reboot: autoReboot = false, callback_url: callback } = request.body;
+    const callbackError = callbackUrlError(callback, deny);
+    if (callbackError) throw validationFailed([callbackError]);
+    const who = {
+      remote_address: request.ip,
+      user_agent: request.headers["user-agent"] ?? null,
+      request_id: request.id,
+    };
+    const prefs = parsePrefer(request.headers.prefer);
+    if (!prefs.has("respond-async")) return service.apply(type, autoReboot, who, callback);
+    const { status, done } = service.startApply(type, autoReboot, who, callback);
+    const wait = preferredWaitSeconds(prefs);
+    const applied = ["respond-async"];
+    if (wait !== undefined && wait > 0) {
+      const seconds = Math.min(wait, MAX_PREFER_WAIT_SECONDS);
+      await settledWithin(done, seconds * 1000);
+      applied.push(`wait=${seconds}`);
+    }
+    return reply
+      .code(202)
+      .header("location", status.links.status)
+      .header("preference-applied", applied.join(", "))
+      .send(service.status(status.id));
+  });
+
+  app.get("/v1/system/applies/:apply_id", { schema: getApply }, async (request) =>
+    service.status(Number(request.params.apply_id)),
   );
 
-  app.post<{ Body: ApplyUpdatesRequest }>(
-    "/v1/system/apply-updates",
-    {
-      schema: {
-        tags: ["system"],
-        operationId: "applyUpdates",
-        summary: "Apply system package updates",
-        description: `Installs the updates of \`update_type\` non-interactively, keeping configuration files the administrator changed, and never upgrading a package of \`HOSTKEEPER_HOLD_PACKAGES\`. The answer says what changed and what was held back. Every apply, failed or not, is recorded in the apply history. With \`Prefer: respond-async\` (RFC 7240) the answer is 202 at once, with the apply's status and its \`Location\` (\`GET /v1/system/applies/{id}\`), and \`Preference-Applied: respond-async\`; with \`wait=N\` too, the answer waits up to N seconds (at most ${MAX_PREFER_WAIT_SECONDS}) for the apply to finish first. A \`callback_url\` receives a \`system_update\` event at each state change, in either mode.`,
-        body: Type.Ref("ApplyUpdatesRequest"),
-        response: {
-          200: jsonContent(Type.Ref("ApplyResult"), "What the apply changed."),
-          202: {
-            ...jsonContent(
-              Type.Ref("ApplyStatus"),
-              "Accepted (`Prefer: respond-async`): the apply's status, `queued` (or further on, after `wait=`).",
-            ),
-            headers: {
-              location: { type: "string", description: "`/v1/system/applies/{id}`." },
-              "preference-applied": {
-                type: "string",
-                description: "`respond-async` (and `wait=N` when it waited).",
-              },
-            },
-          },
-          ...PACKAGE_RUN_PROBLEMS,
-        },
-      },
-      onResponse: async (request) => {
-        if (rebootAfterResponse.has(request)) service.startScheduledReboot();
-      },
-    },
-    async (request, reply) => {
-      const { update_type: type, auto_reboot: autoReboot = false, callback_url: callback } = request.body;
-      const callbackError = callbackUrlError(callback, deny);
-      if (callbackError) throw validationFailed([callbackError]);
-      const who = {
-        remote_address: request.ip,
-        user_agent: request.headers["user-agent"] ?? null,
-        request_id: request.id,
-      };
-      const prefs = parsePrefer(request.headers.prefer);
-      if (!prefs.has("respond-async")) {
-        const result = await service.apply(type, autoReboot, who, callback);
-        if (result.reboot_scheduled) rebootAfterResponse.add(request);
-        return result;
-      }
-      const { status, done } = service.startApply(type, autoReboot, who, callback);
-      const wait = preferredWaitSeconds(prefs);
-      const applied = ["respond-async"];
-      if (wait !== undefined && wait > 0) {
-        const seconds = Math.min(wait, MAX_PREFER_WAIT_SECONDS);
-        await settledWithin(done, seconds * 1000);
-        applied.push(`wait=${seconds}`);
-      }
-      return reply
-        .code(202)
-        .header("location", status.links.status)
-        .header("preference-applied", applied.join(", "))
-        .send(service.status(status.id));
-    },
+  app.post("/v1/system/download-updates", { schema: downloadUpdates }, async (request) =>
+    service.download(request.body.update_type),
   );
 
-  app.get<{ Params: { apply_id: string } }>(
-    "/v1/system/applies/:apply_id",
-    {
-      schema: {
-        tags: ["system"],
-        operationId: "getApply",
-        summary: "Get the status of an apply",
-        description:
-          "Any apply, asynchronous or not: its state and the history of its states, progress (packages downloaded and installed of total), the updates in scope, what changed once it is over, the package manager's recovery when one ran, the reboot that followed (boot id and kernel before and after), and the error of a failed or interrupted apply.",
-        params: ApplyIdParamsSchema,
-        response: {
-          200: jsonContent(Type.Ref("ApplyStatus"), "The apply's status."),
-          ...problemResponses("validation_failed", "apply_not_found"),
-        },
-      },
-    },
-    async (request) => service.status(Number(request.params.apply_id)),
-  );
-
-  app.post<{ Body: { update_type: "security" | "full" } }>(
-    "/v1/system/download-updates",
-    {
-      schema: {
-        tags: ["system"],
-        operationId: "downloadUpdates",
-        summary: "Download updates without installing them",
-        description:
-          "Refreshes the package lists and downloads what an apply of `update_type` would install (the same selection, held packages left out) into the package manager's cache (apt: `--download-only`; dnf: `--downloadonly`), so that a later apply only installs. Installs nothing. Waits for the package manager like check and apply.",
-        body: Type.Ref("DownloadUpdatesRequest"),
-        response: {
-          200: jsonContent(Type.Ref("DownloadResult"), "What was downloaded, and how many bytes."),
-          ...PACKAGE_RUN_PROBLEMS,
-        },
-      },
-    },
-    async (request) => service.download(request.body.update_type),
-  );
-
-  app.get<{ Querystring: { limit?: string } }>(
-    "/v1/system/apply-history",
-    {
-      schema: {
-        tags: ["system"],
-        operationId: "listApplyHistory",
-        summary: "List past applies",
-        description:
-          "Every apply-updates call, newest first: who asked (remote address, user agent, request id), the update type, the outcome or error, what changed, and how long it took.",
-        querystring: ApplyHistoryQuerySchema,
-        response: {
-          200: jsonContent(Type.Ref("ApplyHistory"), "The applies."),
-          ...problemResponses("validation_failed"),
-        },
-      },
-    },
-    async (request) => ({ applies: service.history(Number(request.query.limit ?? 50)) }),
-  );
+  app.get("/v1/system/apply-history", { schema: listApplyHistory }, async (request) => ({
+    applies: service.history(Number(request.query.limit ?? 50)),
+  }));
 }

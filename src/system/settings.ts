@@ -109,7 +109,7 @@ export const systemSettings = {
     key: "rebootDelayMs",
     env: "HOSTKEEPER_REBOOT_DELAY_MS",
     area: "system",
-    doc: "Delay between sending the apply-updates response and running the reboot command; the reboot is cancelled if the agent stops first.",
+    doc: "Delay between the end of an apply that schedules a reboot (when its apply-updates response is sent) and the reboot command; the reboot is cancelled if the agent stops first.",
     defaultText: "5000",
     default: 5_000,
     parse: parse.int(0, 3_600_000),

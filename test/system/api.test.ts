@@ -3,15 +3,14 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { setTimeout as sleep } from "node:timers/promises";
+import { AptPackageManager } from "../../src/system/apt.js";
 import {
-  AptPackageManager,
   aptLockHolder,
   aptProgress,
   isSecurityOrigin,
   parseNeedrestartServices,
   parseSimulation,
-} from "../../src/system/apt.js";
+} from "../../src/system/apt-output.js";
 import {
   advisoryPackages,
   dnfCacheDir,
@@ -21,7 +20,7 @@ import {
   parseUnits,
   parseUpdateInfo,
   parseVersionLocks,
-} from "../../src/system/dnf.js";
+} from "../../src/system/dnf-output.js";
 import { Mutex } from "../../src/system/mutex.js";
 import { detectPackageManager } from "../../src/system/select.js";
 import { buildTestApp } from "../helpers/app.js";
@@ -282,9 +281,14 @@ test("the mutex runs one at a time, in order, and a waiter gives up after its ti
   const m = new Mutex();
   const order: string[] = [];
   const busy = () => new Error("busy");
+  // a holds the lock until c has given up waiting for it.
+  let cGaveUp = () => {};
+  const cDone = new Promise<void>((resolve) => {
+    cGaveUp = resolve;
+  });
   const a = m.run(1000, busy, async () => {
     order.push("a start");
-    await sleep(100);
+    await cDone;
     order.push("a end");
   });
   const b = m.run(1000, busy, async () => {
@@ -294,6 +298,7 @@ test("the mutex runs one at a time, in order, and a waiter gives up after its ti
     order.push("c");
   });
   await assert.rejects(c, /busy/);
+  cGaveUp();
   await Promise.all([a, b]);
   assert.deepEqual(order, ["a start", "a end", "b"]);
   await m.run(10, busy, async () => order.push("free again"));

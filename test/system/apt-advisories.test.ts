@@ -10,6 +10,7 @@ import {
   parseChangelog,
   readDebChangelog,
 } from "../../src/system/apt-changelog.js";
+import { CHILD_ENV, childEnv } from "../../src/util/child-env.js";
 import { buildTestApp } from "../helpers/app.js";
 import {
   type AptRepo,
@@ -374,7 +375,8 @@ test("a changelog is found in a package's data archive behind a GNU long name an
   );
   const deb = join(dir, "long.deb");
   await exec("dpkg-deb", ["--root-owner-group", "-Zgzip", "--build", root, deb]);
-  const read = await readDebChangelog(deb, name, 10_000);
+  const env = childEnv(process.env, CHILD_ENV.packages, { LC_ALL: "C" });
+  const read = await readDebChangelog(deb, name, 10_000, env);
   assert.deepEqual(
     read?.entries.map((e) => [e.version, e.urgency]),
     [["2.0", "critical"]],
@@ -394,14 +396,18 @@ test("a changelog is found in a package's data archive behind a GNU long name an
     join(pax, "control.tar.gz"),
     join(pax, "data.tar.gz"),
   ]);
-  const fromPax = await readDebChangelog(paxDeb, name, 10_000);
+  const fromPax = await readDebChangelog(paxDeb, name, 10_000, env);
   assert.equal(fromPax?.source, name);
   assert.deepEqual(
     fromPax?.entries.map((e) => e.version),
     ["2.0"],
   );
 
-  assert.equal(await readDebChangelog(deb, "another-package", 10_000), undefined, "no changelog of its own");
+  assert.equal(
+    await readDebChangelog(deb, "another-package", 10_000, env),
+    undefined,
+    "no changelog of its own",
+  );
 });
 
 test("apt: the host's own package state is untouched", () => {

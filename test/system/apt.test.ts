@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { cpSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,6 +15,7 @@ import {
 } from "../helpers/apt-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 import { holdFcntlLocks, rebootMarker } from "../helpers/processes.js";
+import { waitFor } from "../helpers/wait.js";
 import { scrape, value } from "../metrics/support.js";
 
 // Taken first: the host's package state, compared by the last test.
@@ -67,7 +68,7 @@ async function setup(
   const dir = mkdtempSync(join(tmpdir(), "hk-reboot-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const reboot = rebootMarker(dir);
-  const app = await buildTestApp(t, {
+  const agentEnv = {
     HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
     HOSTKEEPER_PACKAGE_MANAGER: "apt",
     HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
@@ -77,8 +78,46 @@ async function setup(
     HOSTKEEPER_REBOOT_DELAY_MS: "300",
     HOSTKEEPER_HOLD_PACKAGES: "labhold",
     ...env,
+  };
+  const app = await buildTestApp(t, agentEnv);
+  /** The agent again, on the same data, with `more` settings. */
+  const restart = (more: Record<string, string>) =>
+    buildTestApp(t, { ...agentEnv, ...more }, { dataDir: app.dataDir });
+  return { sandbox, reboot, dir, restart, ...app };
+}
+
+type Call = Awaited<ReturnType<typeof setup>>["call"];
+const statusOf = async (call: Call, id: number) => {
+  const r = await call({ method: "GET", url: `/v1/system/applies/${id}` });
+  assert.equal(r.statusCode, 200, r.body);
+  return r.json();
+};
+
+/** Only an apply recorded `reboot_scheduled` starts the reboot's delay: this one ended without. */
+async function assertNoRebootScheduled(call: Call, id: number): Promise<void> {
+  const s = await statusOf(call, id);
+  assert.equal(s.state, "completed");
+  assert.equal(s.reboot_at, null);
+  assert.equal(s.reboot, null);
+  assert.ok(!s.history.some((e: { state: string }) => e.state === "reboot_scheduled"), "never scheduled");
+}
+
+/** Whether a child of this process (where the agent runs) has all of `args` on its command line. */
+function childRunning(...args: string[]): boolean {
+  let children: string[];
+  try {
+    children = readFileSync(`/proc/${process.pid}/task/${process.pid}/children`, "utf8").trim().split(/\s+/);
+  } catch {
+    return false;
+  }
+  return children.some((pid) => {
+    try {
+      const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+      return args.every((a) => argv.includes(a));
+    } catch {
+      return false;
+    }
   });
-  return { sandbox, reboot, ...app };
 }
 
 const byName = <T extends { name: string }>(list: T[]) => Object.fromEntries(list.map((p) => [p.name, p]));
@@ -195,7 +234,7 @@ test("a security apply installs exactly the security set, the security version w
   assert.equal(rec.duration_ms, body.duration_ms);
   assert.ok(rec.duration_ms >= 0);
 
-  await sleep(600);
+  await assertNoRebootScheduled(call, body.id);
   assert.equal(reboot.ranAt(), undefined, "no reboot when none is required");
 });
 
@@ -245,7 +284,7 @@ test("a full apply upgrades everything but held packages, with new dependencies,
   const again = (await call({ method: "POST", url: "/v1/system/check-updates" })).json();
   assert.deepEqual(again.packages, ["labhold"]);
   assert.equal(again.reboot_required, true);
-  await sleep(600);
+  await assertNoRebootScheduled(call, body.id);
   assert.equal(reboot.ranAt(), undefined);
 });
 
@@ -280,7 +319,8 @@ test("auto_reboot runs the reboot command after the response, and only when a re
 });
 
 test("a reboot scheduled but not yet due is cancelled when the agent closes", async (t) => {
-  const { app, call, reboot } = await setup(t, { HOSTKEEPER_REBOOT_DELAY_MS: "1000" });
+  // Not due before the test ends: what the stop recorded says the reboot command will not run.
+  const { app, call, reboot, dir, restart } = await setup(t, { HOSTKEEPER_REBOOT_DELAY_MS: "600000" });
   const r = await call({
     method: "POST",
     url: "/v1/system/apply-updates",
@@ -288,7 +328,16 @@ test("a reboot scheduled but not yet due is cancelled when the agent closes", as
   });
   assert.equal(r.json().reboot_scheduled, true, r.body);
   await app.close();
-  await sleep(1300);
+  // Read back as the stop left it: without a boot id, the agent's start changes no apply.
+  const again = await restart({ HOSTKEEPER_BOOT_ID_FILE: join(dir, "no-boot-id") });
+  const s = await statusOf(again.call, r.json().id);
+  assert.equal(s.state, "completed");
+  assert.equal(s.reboot.command_started_at, null);
+  assert.equal(s.reboot.error, "the agent stopped before the reboot was due; the reboot command did not run");
+  assert.deepEqual(s.history.map((e: { state: string }) => e.state).slice(-2), [
+    "reboot_scheduled",
+    "completed",
+  ]);
   assert.equal(reboot.ranAt(), undefined);
 });
 
@@ -343,8 +392,11 @@ test("check and apply are serialized: a check waits for the running apply, which
     assert.ok(Date.now() < end, "no apply under way within 10 s");
     await sleep(20);
   }
+  // apt-get's upgrade started while the dpkg lock is held: it is refused, and tried again until the lock is free.
+  await waitFor("apt-get to try the upgrade", () =>
+    childRunning("apt-get", "-y", "upgrade") ? true : undefined,
+  );
   const check = call({ method: "POST", url: "/v1/system/check-updates" }).then(finished("check"));
-  await sleep(600);
   assert.deepEqual(done, [], "the apply waits for the dpkg lock, the check for the apply");
   await holder.release();
   const [a, c] = await Promise.all([apply, check]);

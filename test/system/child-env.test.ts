@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -52,7 +52,7 @@ test("childEnv passes only what the allowlist names, prefixes included, and what
   assert.deepEqual(env, { PATH: "/bin", DEBCONF_NOWARNINGS: "yes", DNF_VAR_x: "1", LC_ALL: "C" });
 });
 
-test("apt, the maintainer scripts it runs and the reboot command get a minimal environment", async (t) => {
+test("apt, the maintainer scripts it runs, dpkg-deb reading changelogs and the reboot command get a minimal environment", async (t) => {
   // A maintainer script and the reboot command each write the environment they got.
   const repo = await buildAptRepo(
     { after: () => {} },
@@ -76,8 +76,21 @@ test("apt, the maintainer scripts it runs and the reboot command get a minimal e
   const rebootEnv = join(dir, "reboot-env");
   writeFileSync(script, '#!/bin/sh\nenv > "$1.tmp" && mv "$1.tmp" "$1"\n');
   chmodSync(script, 0o755);
+  // dpkg-deb, found first on the PATH, writes the environment it got when it reads a package's files.
+  const bin = join(dir, "bin");
+  const dpkgDebEnv = join(dir, "dpkg-deb-env");
+  mkdirSync(bin);
+  writeFileSync(
+    join(bin, "dpkg-deb"),
+    `#!/bin/sh\n[ "$1" = --fsys-tarfile ] && env > "${dpkgDebEnv}"\nexec /usr/bin/dpkg-deb "$@"\n`,
+  );
+  chmodSync(join(bin, "dpkg-deb"), 0o755);
   // The agent reads its children's environment from its own; this file runs in its own process.
-  Object.assign(process.env, SECRETS, { LANG: "C.UTF-8", no_proxy: "mirror.internal" });
+  Object.assign(process.env, SECRETS, {
+    LANG: "C.UTF-8",
+    no_proxy: "mirror.internal",
+    PATH: `${bin}:${process.env.PATH}`,
+  });
   const { app } = await buildTestApp(t, {
     HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
     HOSTKEEPER_PACKAGE_MANAGER: "apt",
@@ -104,6 +117,13 @@ test("apt, the maintainer scripts it runs and the reboot command get a minimal e
   assert.equal(postinst.DEBIAN_FRONTEND, "noninteractive");
   assert.equal(postinst.no_proxy, "mirror.internal", "proxy settings reach apt");
   assert.ok(postinst.PATH);
+
+  // The apply's check read the new version's changelog.
+  const dpkgDeb = parseEnv(readFileSync(dpkgDebEnv, "utf8"), "\n");
+  assertNoSecrets(dpkgDeb, "dpkg-deb");
+  assert.equal(dpkgDeb.LC_ALL, "C");
+  assert.equal(dpkgDeb.APT_CONFIG, undefined, "dpkg-deb gets no apt variables");
+  assert.equal(dpkgDeb.no_proxy, "mirror.internal");
 
   await waitFor("the reboot command", async () => (existsSync(rebootEnv) ? true : undefined));
   const reboot = parseEnv(readFileSync(rebootEnv, "utf8"), "\n");

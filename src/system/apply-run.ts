@@ -1,0 +1,178 @@
+import type { Logger } from "pino";
+import { type ApplyRow, type ApplyStore, nextProgress, type Progress, type StoredResult } from "./applies.js";
+import { ApplyFailedError, isSystemError } from "./errors.js";
+import type { PackageLock } from "./mutex.js";
+import type { ApplyProgress, PackageManager } from "./package-manager.js";
+import type { Reboots } from "./reboot.js";
+import type { ApplyResult, ApplyStatus } from "./schemas.js";
+
+export interface ApplyRunOptions {
+  store: ApplyStore;
+  manager: PackageManager;
+  lock: PackageLock;
+  reboots: Reboots;
+  log: Logger;
+}
+
+type ApplyError = ApplyStatus["error"];
+/** What an apply that ran to its end records and answers. */
+type Installed = StoredResult & { services_restart_required: string[] | null };
+
+/** What the client sees of an error that is not the system area's own; its message stays in the log. */
+const UNEXPECTED: ApplyError = {
+  code: "internal_error",
+  detail: "the agent failed unexpectedly; see its log",
+};
+
+/**
+ * Runs applies recorded `queued` to their end: holding the agent's package lock, the package manager's
+ * recovery, the upgrade and the reboot question; then the apply's last state, its one log line, and the
+ * reboot it schedules. Progress is kept in memory while an apply runs and recorded with its states.
+ */
+export class ApplyRun {
+  /** Progress of the applies under way (persisted at each state change). */
+  private readonly live = new Map<number, Progress>();
+  private closed = false;
+
+  constructor(private readonly o: ApplyRunOptions) {}
+
+  /** Progress of apply `id` while it runs; undefined once it is over. */
+  progress(id: number): Progress | undefined {
+    return this.live.get(id);
+  }
+
+  /**
+   * Runs apply `id` (recorded `queued`) and records how it ended. A failure of the package manager is
+   * thrown as an `ApplyFailedError` carrying the apply's id. After `close`, an apply that fails is left
+   * as it is: the next start records it as interrupted.
+   */
+  async run(id: number): Promise<ApplyResult> {
+    const row = this.o.store.get(id);
+    try {
+      const result = await this.o.lock.run(() => this.install(row));
+      return {
+        id,
+        update_type: row.update_type,
+        package_manager: this.o.manager.name,
+        ...result,
+        started_at: new Date(row.started_at).toISOString(),
+        ...this.finish(row, "succeeded", null, result),
+      };
+    } catch (err) {
+      if (this.closed) throw err;
+      if (!isSystemError(err)) {
+        this.finish(row, "failed", UNEXPECTED, null);
+        throw err;
+      }
+      this.finish(row, "failed", { code: err.code, detail: err.message }, null);
+      throw new ApplyFailedError(id, err);
+    }
+  }
+
+  /** Stops recording progress; applies still under way are left to the next start. */
+  close(): void {
+    this.closed = true;
+  }
+
+  private async install(row: ApplyRow): Promise<Installed> {
+    const id = row.id;
+    this.o.store.transition(id, "downloading");
+    this.live.set(id, { download: null, install: null });
+    const recovery = await this.o.manager.recover(this.o.store.previousInterrupted(id));
+    if (recovery) {
+      this.o.store.update(id, { recovery });
+      this.o.log.warn({ apply_id: id, recovery }, `apply ${id}: ${recovery.detail}`);
+    }
+    const changes = await this.o.manager.apply(row.update_type, {
+      planned: (updates) => this.o.store.update(id, { planned: updates }),
+      progress: (p) => this.onProgress(id, p),
+    });
+    const rebootRequired = await this.o.manager.rebootRequired();
+    // The packages are installed by now: a failure to list services must not turn the apply into a failure.
+    const services = await this.o.manager.servicesToRestart().catch((err: unknown) => {
+      this.o.log.warn({ err }, "the services to restart could not be listed");
+      return undefined;
+    });
+    return {
+      ...changes,
+      reboot_required: rebootRequired,
+      services_restart_required: services ?? null,
+      reboot_scheduled: row.auto_reboot === 1 && rebootRequired && !this.closed,
+    };
+  }
+
+  /** Called from the package manager's output stream: it must not throw (the database may be closed by now). */
+  private onProgress(id: number, report: ApplyProgress): void {
+    const before = this.live.get(id) ?? { download: null, install: null };
+    const progress = nextProgress(before, report);
+    this.live.set(id, progress);
+    if (report.phase !== "installing" || before.install !== null || this.closed) return;
+    try {
+      this.o.store.transition(id, "installing", { progress });
+    } catch (err) {
+      this.o.log.error({ err, apply_id: id }, "the apply's state could not be recorded");
+    }
+  }
+
+  /**
+   * Records the apply's last state (`reboot_scheduled` when its result schedules a reboot), logs it, and
+   * starts the reboot's delay: the state is recorded before the reboot can run.
+   */
+  private finish(
+    row: ApplyRow,
+    outcome: "succeeded" | "failed",
+    error: ApplyError,
+    result: StoredResult | null,
+  ): { finished_at: string; duration_ms: number; reboot_at: string | null } {
+    const finished = new Date();
+    const ms = finished.getTime() - new Date(row.started_at).getTime();
+    const progress = this.live.get(row.id);
+    this.live.delete(row.id);
+    const reboot = result?.reboot_scheduled ? this.o.reboots.plan() : null;
+    this.o.store.transition(
+      row.id,
+      outcome === "failed" ? "failed" : reboot ? "reboot_scheduled" : "completed",
+      {
+        outcome,
+        finished_at: finished.toISOString(),
+        duration_ms: ms,
+        error,
+        ...(result === null ? {} : { result }),
+        ...(progress === undefined ? {} : { progress }),
+        ...reboot,
+      },
+    );
+    this.logEnd(row, outcome, error, result, ms);
+    if (reboot) this.o.reboots.schedule(row.id);
+    return { finished_at: finished.toISOString(), duration_ms: ms, reboot_at: reboot?.reboot_at ?? null };
+  }
+
+  /** The one line an apply leaves in the log: what was asked, how it ended, what it changed. */
+  private logEnd(
+    row: ApplyRow,
+    outcome: "succeeded" | "failed",
+    error: ApplyError,
+    result: StoredResult | null,
+    ms: number,
+  ): void {
+    const type = row.update_type;
+    const fields = {
+      apply_id: row.id,
+      update_type: type,
+      auto_reboot: row.auto_reboot === 1,
+      package_manager: this.o.manager.name,
+      outcome,
+      upgraded: result?.upgraded.length ?? 0,
+      installed: result?.installed.length ?? 0,
+      removed: result?.removed.length ?? 0,
+      held_back: result?.held_back.length ?? 0,
+      reboot_required: result?.reboot_required ?? null,
+      reboot_scheduled: result?.reboot_scheduled ?? false,
+      duration_ms: ms,
+      request_id: row.request_id,
+      ...(error === null ? {} : { error }),
+    };
+    if (outcome === "succeeded") this.o.log.info(fields, `apply of ${type} updates succeeded`);
+    else this.o.log.warn(fields, `apply of ${type} updates failed`);
+  }
+}

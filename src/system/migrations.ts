@@ -1,0 +1,67 @@
+import type { Migration } from "../store/db.js";
+
+/** The system area's tables, in the order they were added (a name once applied never changes). */
+export const systemMigrations: Migration[] = [
+  {
+    name: "system.001_applies",
+    sql: `
+      CREATE TABLE system_applies (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        request_id TEXT NOT NULL,
+        requested_by TEXT NOT NULL,
+        update_type TEXT NOT NULL CHECK (update_type IN ('security', 'full')),
+        auto_reboot INTEGER NOT NULL,
+        package_manager TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        finished_at TEXT,
+        duration_ms INTEGER,
+        outcome TEXT NOT NULL CHECK (outcome IN ('running', 'succeeded', 'failed', 'interrupted')),
+        error TEXT,
+        result TEXT
+      );`,
+  },
+  {
+    name: "system.002_last_check",
+    sql: `
+      CREATE TABLE system_last_check (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        checked_at TEXT NOT NULL,
+        package_manager TEXT NOT NULL,
+        security_updates INTEGER NOT NULL,
+        regular_updates INTEGER NOT NULL,
+        reboot_required INTEGER NOT NULL
+      );`,
+  },
+  {
+    // An apply's state machine (what an async apply reports), with a history of states, the callback its
+    // events go to, and what it planned, recovered and rebooted. Earlier rows get the state their outcome means.
+    name: "system.003_apply_states",
+    sql: `
+      ALTER TABLE system_applies ADD COLUMN state TEXT NOT NULL DEFAULT 'completed';
+      ALTER TABLE system_applies ADD COLUMN callback_url TEXT;
+      ALTER TABLE system_applies ADD COLUMN progress TEXT;
+      ALTER TABLE system_applies ADD COLUMN planned TEXT;
+      ALTER TABLE system_applies ADD COLUMN recovery TEXT;
+      ALTER TABLE system_applies ADD COLUMN reboot TEXT;
+      ALTER TABLE system_applies ADD COLUMN reboot_at TEXT;
+      ALTER TABLE system_applies ADD COLUMN updated_at TEXT;
+      UPDATE system_applies SET state = CASE outcome WHEN 'failed' THEN 'failed'
+        WHEN 'interrupted' THEN 'interrupted' WHEN 'running' THEN 'installing' ELSE 'completed' END,
+        updated_at = COALESCE(finished_at, started_at);
+      CREATE TABLE system_apply_states (
+        apply_id INTEGER NOT NULL REFERENCES system_applies (id),
+        seq INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        at TEXT NOT NULL,
+        PRIMARY KEY (apply_id, seq)
+      );
+      CREATE TABLE system_boots (
+        boot_id TEXT PRIMARY KEY,
+        seen_at TEXT NOT NULL,
+        booted_at TEXT,
+        kernel TEXT,
+        previous_boot_id TEXT,
+        planned_apply_id INTEGER
+      );`,
+  },
+];
