@@ -1,0 +1,138 @@
+import type { Logger } from "pino";
+import { CaddyAdmin } from "../caddy/admin.js";
+import { DenyList } from "../events/egress.js";
+import { Outbox } from "../events/outbox.js";
+import { HealthService, type SupervisedCaddy } from "../health/service.js";
+import { Metrics } from "../metrics/metrics.js";
+import { OperatorService } from "../operator/service.js";
+import { ChangeJournal, type RecordedChange } from "../proxy/journal.js";
+import { RouteService } from "../proxy/service.js";
+import { RouteChangeStore } from "../proxy/store.js";
+import { caddyDuration } from "../proxy/streams.js";
+import { RouteWriter } from "../proxy/writer.js";
+import type { AppConfig } from "../settings.js";
+import type { Db } from "../store/db.js";
+import { generateWebhookSecret, loadOrCreateSecret } from "../store/secrets.js";
+import { createPackageManager } from "../system/select.js";
+import { SystemService } from "../system/service.js";
+
+/** Every area's service, with the shared mechanisms and adapters they were given. */
+export interface Areas {
+  metrics: Metrics;
+  deny: DenyList;
+  outbox: Outbox;
+  caddyAdmin: CaddyAdmin;
+  writer: RouteWriter<RecordedChange>;
+  routes: RouteService;
+  system: SystemService;
+  operator: OperatorService;
+  health: HealthService;
+}
+
+/**
+ * Builds the areas: the callbacks' outbox first (every area writes to it), then the routes (the operator's
+ * switch goes through them), the package updates, the operator's self-update, and health, which reads all.
+ */
+export function buildAreas(
+  config: AppConfig,
+  db: Db,
+  logger: Logger,
+  embeddedCaddy: SupervisedCaddy | undefined,
+): Areas {
+  const { agent, events, proxy } = config;
+  const caddyAddress = proxy.caddyAdmin;
+  if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
+  const metrics = new Metrics();
+  const deny = new DenyList(events.webhookDenyCidrs);
+  const outbox = new Outbox(db, {
+    metrics,
+    secret:
+      events.webhookSecret ??
+      loadOrCreateSecret(agent.dataDir, "webhook-secret", generateWebhookSecret).value,
+    deny,
+    timeoutMs: events.webhookTimeoutMs,
+    retryScheduleSeconds: events.webhookRetrySchedule,
+    log: logger.child({ component: "outbox" }),
+  });
+  metrics.readOutboxStates(() => outbox.countByState());
+  const caddyAdmin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs, metrics);
+  const { writer, routes } = buildRoutes(config, db, logger, { metrics, outbox, caddyAdmin });
+  const system = buildSystem(config, db, logger, { metrics, outbox });
+  const operator = new OperatorService({
+    db,
+    metrics,
+    outbox,
+    routes,
+    config: config.operator,
+    dataDir: agent.dataDir,
+    log: logger.child({ component: "operator" }),
+  });
+  metrics.readCaddyRestarts(() => embeddedCaddy?.status().restarts ?? 0);
+  const health = new HealthService({
+    db,
+    caddyAdmin: caddyAddress,
+    server: proxy.caddyServer,
+    embedded: embeddedCaddy,
+    system,
+    operator,
+    outbox,
+  });
+  return { metrics, deny, outbox, caddyAdmin, writer, routes, system, operator, health };
+}
+
+interface Shared {
+  metrics: Metrics;
+  outbox: Outbox;
+}
+
+/** The routes area: its store, the journal of changes, the one writer of Caddy's routes, the service. */
+function buildRoutes(config: AppConfig, db: Db, logger: Logger, o: Shared & { caddyAdmin: CaddyAdmin }) {
+  const { events, proxy } = config;
+  const store = new RouteChangeStore(db);
+  const journal = new ChangeJournal({
+    store,
+    outbox: o.outbox,
+    firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
+  });
+  const writer = new RouteWriter<RecordedChange>(o.caddyAdmin, {
+    journal,
+    metrics: o.metrics,
+    server: proxy.caddyServer,
+    listen: proxy.caddyListen,
+    ...(proxy.caddyGracePeriodMs > 0
+      ? { httpApp: { grace_period: caddyDuration(proxy.caddyGracePeriodMs) } }
+      : {}),
+    log: logger.child({ component: "route-writer" }),
+  });
+  const routes = new RouteService({
+    metrics: o.metrics,
+    writer,
+    journal,
+    store,
+    operatorRouteId: proxy.operatorDomain,
+    connections: {
+      streamCloseDelayMs: proxy.caddyStreamCloseDelayMs,
+      gracePeriodMs: proxy.caddyGracePeriodMs,
+    },
+    log: logger.child({ component: "routes" }),
+  });
+  return { writer, routes };
+}
+
+/** The package updates area, on the package manager the settings (or the host) select. */
+function buildSystem(config: AppConfig, db: Db, logger: Logger, o: Shared): SystemService {
+  const { system } = config;
+  const log = logger.child({ component: "system" });
+  return new SystemService({
+    db,
+    metrics: o.metrics,
+    manager: createPackageManager(system, process.env, log),
+    lockTimeoutMs: system.lockTimeoutMs,
+    rebootCommand: system.rebootCommand,
+    rebootDelayMs: system.rebootDelayMs,
+    boot: { bootIdFile: system.bootIdFile, kernelReleaseFile: system.kernelReleaseFile },
+    outbox: o.outbox,
+    env: process.env,
+    log,
+  });
+}

@@ -1,0 +1,50 @@
+import type { Logger } from "pino";
+import type { App } from "../http/types.js";
+import type { AppConfig } from "../settings.js";
+import type { Db } from "../store/db.js";
+import { settledWithin } from "../util/timers.js";
+import type { Access } from "./access.js";
+import type { Areas } from "./areas.js";
+
+/**
+ * What starts once the app is ready and stops when it closes, in order: Caddy brought in line with the
+ * connection settings, the boot recorded, tokens watched, the audit trail pruned hourly, callbacks sent,
+ * the operator's instances adopted; at close the reverse, the database last.
+ */
+export function manageLifecycle(
+  app: App,
+  config: AppConfig,
+  db: Db,
+  { tokens, audit }: Access,
+  areas: Areas,
+  logger: Logger,
+): void {
+  const retentionMs = config.access.auditRetentionDays * 86_400_000;
+  const pruneAudit = () => {
+    const pruned = audit.prune(retentionMs);
+    if (pruned > 0) logger.info({ records: pruned }, "pruned audit records past their retention");
+  };
+  let pruneTimer: NodeJS.Timeout | undefined;
+
+  app.addHook("onReady", async () => {
+    // In the writer's queue, ahead of any change, without holding up the start on a slow or absent Caddy.
+    void areas.routes.conformCaddy();
+    await areas.system.start();
+    tokens.start();
+    pruneAudit();
+    pruneTimer = setInterval(pruneAudit, 3_600_000);
+    pruneTimer.unref();
+    areas.outbox.start();
+    areas.operator.start();
+  });
+  app.addHook("onClose", async () => {
+    tokens.close();
+    clearInterval(pruneTimer);
+    await areas.operator.close();
+    // A change's records are finished after its answer; let the writer get there before the database closes.
+    await settledWithin(areas.writer.whenIdle(), 5000);
+    await areas.outbox.close();
+    await areas.system.close();
+    db.close();
+  });
+}
