@@ -3,7 +3,7 @@
  * (ratios, not absolute times, decide pass or fail). Prints a table of medians, p95 and ratios against
  * the targets, the agent's resident memory, the machine's load average, and writes JSON to bench/results/.
  *
- * Run: `npm run bench` (after `bash scripts/install.sh`). Options (see the README's Benchmark section):
+ * Run: `npm run bench` (after `bash scripts/install.sh`). Options (see docs/performance.md):
  *   --keepalive, --streams   the connection benchmarks instead (bench/connections.ts)
  *   --soak[=SECONDS]   also soak the agent at the largest size with 200 clients (default 600 s, after 60 s warm-up)
  *   BENCH_SIZES        route counts, default 1000,20000 (targets hold at the largest)

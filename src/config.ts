@@ -5,7 +5,7 @@ const { existsSync, readFileSync } = fs;
 /**
  * The setting mechanism. Every setting is declared once, beside its area (`<area>/settings.ts`; the agent's
  * own in `settings.ts`): its config-file key, its environment variable, its default and its parser. The
- * README's configuration table is generated from them (`npm run docs:config`), and a test keeps the two in
+ * configuration table of docs/configuration.md is generated from them (`npm run docs:config`), and a test keeps the two in
  * step. Precedence: environment > config file > default.
  */
 export interface Setting<T> {
@@ -13,7 +13,7 @@ export interface Setting<T> {
   readonly env: string;
   readonly area: "agent" | "proxy" | "events" | "system" | "operator";
   readonly doc: string;
-  /** Shown in the README; `undefined` for settings without a default. */
+  /** Shown in docs/configuration.md; `undefined` for settings without a default. */
   readonly defaultText: string;
   readonly default: T;
   /** Parses the raw value (a string from the environment, or any JSON value from the file). Throws on bad input. */

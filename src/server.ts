@@ -24,7 +24,7 @@ export async function serve(): Promise<void> {
   if (failing.length > 0)
     logger.warn(
       { features: failing },
-      `not running as root: these will fail: ${failing.join("; ")}. See the README's "What needs root"`,
+      `not running as root: these will fail: ${failing.join("; ")}. See docs/security.md, "What needs root"`,
     );
   // Before anything starts: plain HTTP beyond loopback is refused with the reason.
   checkPlaintext(config.agent.listen, config.listener);

@@ -99,7 +99,7 @@ export const agentSettings = {
 };
 
 /**
- * The composition of every area's settings. An area adds its group here; the README table and the
+ * The composition of every area's settings. An area adds its group here; the table of docs/configuration.md and the
  * unknown-key check of the config file follow from this list.
  */
 export const settingGroups = {
@@ -138,7 +138,7 @@ export function loadConfigFromProcess(env: NodeJS.ProcessEnv = process.env): App
   return loadConfig(configSourceFromProcess(env));
 }
 
-/** The README's configuration table, one row per setting. */
+/** The configuration table of docs/configuration.md, one row per setting. */
 export function configTableMarkdown(): string {
   const rows = allSettings().map(
     (s) =>

@@ -270,3 +270,21 @@ test("docs/openapi.json is the document the agent serves", async () => {
     `${OPENAPI_DOC} differs from the document the agent serves (first at line ${line + 1}: ${JSON.stringify(a[line])} against ${JSON.stringify(b[line])}): run \`npm run build && npm run docs:openapi\` and commit it`,
   );
 });
+
+test("the code points readers at docs/ pages, not at README sections that moved there", () => {
+  const found: string[] = [];
+  const walk = (dir: string) => {
+    for (const name of readdirSync(join(root, dir)).sort()) {
+      const path = join(dir, name);
+      if (statSync(join(root, path)).isDirectory()) walk(path);
+      else if (name.endsWith(".ts"))
+        readFileSync(join(root, path), "utf8")
+          .split("\n")
+          .forEach((line, i) => {
+            if (/\bREADME\b/.test(line)) found.push(`${path}:${i + 1}`);
+          });
+    }
+  };
+  for (const dir of ["src", "bench", "scripts"]) walk(dir);
+  assert.deepEqual(found, [], "name the docs/ page (and its section) that says it");
+});

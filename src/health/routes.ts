@@ -6,7 +6,7 @@ import type { HealthService } from "./service.js";
 
 /**
  * The probes and the status. `/healthz` and `/readyz` answer without the token (probes run without
- * secrets) and are left out of the OpenAPI document, whose every operation requires it; the README
+ * secrets) and are left out of the OpenAPI document, whose every operation requires it; docs/api/health.md
  * documents them.
  */
 export function registerHealthRoutes(app: App, service: HealthService): void {

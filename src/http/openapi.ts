@@ -6,8 +6,8 @@ export const apiDescription = `Host-management agent. Every endpoint requires \`
 a token without the operation's scopes (its security requirement) 403 \`insufficient_scope\`, and repeated failures from one address 429.
 Every error is an RFC 9457 \`application/problem+json\` body with \`type\` (\`urn:hostkeeper:problem:<code>\`),
 \`title\`, \`status\`, \`detail\` and \`code\`; validation errors list each offending field in \`errors\`.
-Unknown request fields are rejected. Callbacks (\`route_backup\`, \`route_change\`, \`operator_update\`) are JSON POSTs signed
-as Standard Webhooks (\`webhook-id\`, \`webhook-timestamp\`, \`webhook-signature\`); see the README.`;
+Unknown request fields are rejected. Callbacks (\`route_backup\`, \`route_change\`, \`operator_update\`, \`system_update\`) are JSON POSTs signed
+as Standard Webhooks (\`webhook-id\`, \`webhook-timestamp\`, \`webhook-signature\`); see docs/api/callbacks.md.`;
 
 /**
  * Route schema key for a body a client may leave out. @fastify/swagger marks every body required (Fastify

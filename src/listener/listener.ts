@@ -32,7 +32,7 @@ export function checkPlaintext(listen: { host: string; port: number }, c: Listen
   throw new ConfigError(
     "HOSTKEEPER_LISTEN",
     `refusing to serve plain HTTP on ${hostPort(listen)}, which is not a loopback address: every request's bearer token would cross the network in clear text, for anyone on the path to read and replay. ` +
-      `Set ${listenerSettings.tlsCert.env} and ${listenerSettings.tlsKey.env} (see the README's Security section), listen on 127.0.0.1, ` +
+      `Set ${listenerSettings.tlsCert.env} and ${listenerSettings.tlsKey.env} (see docs/security.md, Deploying with TLS and client certificates), listen on 127.0.0.1, ` +
       `or set ${listenerSettings.allowPlaintext.env}=true if the network itself is encrypted and trusted`,
   );
 }

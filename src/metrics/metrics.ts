@@ -8,7 +8,7 @@ export type CaddyErrorReason = "unreachable" | "timeout" | "aborted" | "status";
 export type AttemptOutcome = "delivered" | "failed" | "dead" | "gone";
 export type PackageOperationOutcome = "succeeded" | "failed" | "busy";
 
-/** Every metric name starts with this; the README lists each metric. */
+/** Every metric name starts with this; docs/logs-and-metrics.md lists each metric. */
 const PREFIX = "hostkeeper_";
 
 /**

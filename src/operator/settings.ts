@@ -120,7 +120,7 @@ export const operatorSettings = {
     key: "operatorTrustedKeys",
     env: "HOSTKEEPER_OPERATOR_TRUSTED_KEYS",
     area: "operator",
-    doc: "minisign public keys (the base64 line of a `minisign.pub`), separated by commas, spaces or newlines (`untrusted comment:` lines are skipped; a list in the config file). When set, an artifact runs only with a valid signature by one of them: `<artifact>.minisig`, else a signed `SHA256SUMS` (`SHA256SUMS.minisig`) listing it. Only minisign's default, prehashed signatures are accepted (README: Operator self-update).",
+    doc: "minisign public keys (the base64 line of a `minisign.pub`), separated by commas, spaces or newlines (`untrusted comment:` lines are skipped; a list in the config file). When set, an artifact runs only with a valid signature by one of them: `<artifact>.minisig`, else a signed `SHA256SUMS` (`SHA256SUMS.minisig`) listing it. Only minisign's default, prehashed signatures are accepted (docs/api/operator-update.md, Signatures).",
     defaultText: "none (checksums only)",
     default: [] as string[],
     parse: (raw) => {

@@ -35,7 +35,7 @@ export const RouteWriteRequestSchema = Type.Object(
       minLength: 1,
       maxLength: 512,
       description:
-        "Host the route matches. `*.` as the first label makes a wildcard. It is normalised to the route `@id` (see the README): at most 253 characters once in ASCII, plus `*.` for a wildcard.",
+        "Host the route matches. `*.` as the first label makes a wildcard. It is normalised to the route `@id` (see docs/api/proxy-routes.md, Route ids): at most 253 characters once in ASCII, plus `*.` for a wildcard.",
     }),
     upstreams: Type.Array(RefTo(UpstreamSchema), { minItems: 1, maxItems: 64 }),
     callback_url: Type.Optional(CallbackUrlSchema),

@@ -14,7 +14,7 @@ import {
  * `*` passes every variable with that prefix.
  */
 export const CHILD_ENV = {
-  /** Operator instances: what the README promises them, besides their own settings. */
+  /** Operator instances: what docs/api/operator-update.md promises them, besides their own settings. */
   operator: ["PATH", "HOME", "LANG", "TZ"],
   /** The reboot command (`systemctl reboot`, `shutdown -r`). */
   reboot: ["PATH", "LANG", "LC_ALL", "TZ"],

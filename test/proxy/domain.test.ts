@@ -28,7 +28,7 @@ const validDomain = domain.filter((d) => normalizeDomain(d).ok);
 const caseStable = validDomain.filter((d) => d.toUpperCase().toLowerCase() === d.toLowerCase());
 
 describe("the route id rule (ToASCII, then drop one trailing dot)", () => {
-  test("examples from the README", () => {
+  test("examples from docs/api/proxy-routes.md", () => {
     assert.equal(ok("App.Bücher.example."), "app.xn--bcher-kva.example");
     assert.equal(ok("*.Example.COM"), "*.example.com");
     assert.equal(ok("xn--bcher-kva.example"), "xn--bcher-kva.example");
