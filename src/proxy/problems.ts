@@ -15,22 +15,20 @@ import {
 
 /**
  * The routes area's errors as problems: the one place they meet HTTP. Caddy's words reach the client with
- * file paths and socket addresses taken out; the untouched text stays the problem's cause, for the log.
- * Anything else is not the routes area's to map.
+ * file paths and socket addresses taken out; the untouched text is the problem's cause, which the edge
+ * logs for a 5xx. Anything else is not the routes area's to map.
  */
 export function proxyProblem(err: unknown): ApiError | undefined {
-  if (err instanceof RouteNotFoundError) return new ApiError("route_not_found", err.message, { cause: err });
-  if (err instanceof RouteExistsError) return new ApiError("route_exists", err.message, { cause: err });
+  if (err instanceof RouteNotFoundError) return new ApiError("route_not_found", err.message);
+  if (err instanceof RouteExistsError) return new ApiError("route_exists", err.message);
   if (err instanceof OperatorRouteImmutableError)
-    return new ApiError("operator_route_immutable", err.message, { cause: err });
+    return new ApiError("operator_route_immutable", err.message);
   if (err instanceof RouteIdMismatchError)
     return new ApiError("validation_failed", `body.${err.message}`, {
       errors: [{ field: "body.domain", message: `derives to ${err.derived}, not to ${err.routeId}` }],
     });
-  if (err instanceof ChangeNotFoundError)
-    return new ApiError("change_not_found", err.message, { cause: err });
-  if (err instanceof RestoreConflictError)
-    return new ApiError("restore_conflict", err.message, { cause: err });
+  if (err instanceof ChangeNotFoundError) return new ApiError("change_not_found", err.message);
+  if (err instanceof RestoreConflictError) return new ApiError("restore_conflict", err.message);
   if (err instanceof ProxyUnavailableError)
     return new ApiError("proxy_unavailable", withoutPaths(err.message), { cause: err.caddyMessage });
   if (err instanceof ChangeRejectedError)

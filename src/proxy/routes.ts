@@ -6,14 +6,13 @@ import { validationFailed } from "../http/errors.js";
 import { BODY_OPTIONAL } from "../http/openapi.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
+import { RefTo } from "../util/typebox.js";
 import {
-  type RouteDeleteRequest,
-  type RouteHistoryQuery,
+  RouteDeleteRequestSchema,
   RouteHistoryQuerySchema,
-  type RouteIdParams,
   RouteIdParamsSchema,
-  type RouteRestoreRequest,
-  type RouteWriteRequest,
+  RouteRestoreRequestSchema,
+  RouteWriteRequestSchema,
 } from "./schemas.js";
 import type { ChangeContext, RouteService } from "./service.js";
 
@@ -54,7 +53,7 @@ const createSchema = {
   summary: "Create a route",
   description:
     "Creates a reverse-proxy route for `domain`. The route `@id` is the normalised domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
-  body: Type.Ref("RouteWriteRequest"),
+  body: RefTo(RouteWriteRequestSchema),
   response: {
     201: {
       ...jsonContent(RouteRef, "The route as written to Caddy."),
@@ -108,7 +107,7 @@ const restoreSchema = {
   description:
     "Puts back the route state captured by the change `change_id` of this route, as a change of its own (in the history, with its own backup and, with `callback_url`, its own `route_backup` and `route_change` events). The change decides what happens: one that created the route (no previous state) is undone by removing the route; one that deleted it, by creating the captured route again; one that replaced it, by replacing the current route with the captured one. 409 when that does not fit the route as it is now: removing or replacing a route the managed server no longer has, or re-creating one whose `@id` is in use in Caddy's config again. 404 when the route has no recorded change or `change_id` is not one of its changes; 403 for the operator's route.",
   params: RouteIdParamsSchema,
-  body: Type.Ref("RouteRestoreRequest"),
+  body: RefTo(RouteRestoreRequestSchema),
   response: {
     200: jsonContent(Type.Ref("RouteRestoreResult"), "What the restore did."),
     ...problemResponses(
@@ -134,7 +133,7 @@ const replaceSchema = {
   description:
     "Fully replaces the route `route_id`; `domain` must derive to the same id. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`.",
   params: RouteIdParamsSchema,
-  body: Type.Ref("RouteWriteRequest"),
+  body: RefTo(RouteWriteRequestSchema),
   response: { 200: jsonContent(RouteRef, "The route as written to Caddy."), ...changeProblems },
 };
 
@@ -145,7 +144,7 @@ const deleteSchema = {
   description:
     "Deletes the route `route_id`. The body is optional. The route is captured first and restored when the deletion fails; with `callback_url` it is also sent as `route_backup`.",
   params: RouteIdParamsSchema,
-  body: Type.Ref("RouteDeleteRequest"),
+  body: RefTo(RouteDeleteRequestSchema),
   [BODY_OPTIONAL]: true,
   response: { 204: { description: "Deleted.", type: "null" }, ...changeProblems },
 };
@@ -166,51 +165,35 @@ export function registerProxyRoutes(app: App, service: RouteService, deny: DenyL
     reply.type("application/json").send(await service.list()),
   );
 
-  app.post<{ Body: RouteWriteRequest }>(
-    "/v1/proxy/routes",
-    { schema: createSchema },
-    async (request, reply) => {
-      checkCallback(request.body.callback_url);
-      const route = await service.create(request.body, changeContext(request));
-      return reply
-        .code(201)
-        .header("location", routeLocation(String(route["@id"])))
-        .send(route);
-    },
-  );
+  app.post("/v1/proxy/routes", { schema: createSchema }, async (request, reply) => {
+    checkCallback(request.body.callback_url);
+    const route = await service.create(request.body, changeContext(request));
+    return reply
+      .code(201)
+      .header("location", routeLocation(String(route["@id"])))
+      .send(route);
+  });
 
-  app.get<{ Params: RouteIdParams }>("/v1/proxy/routes/:route_id", { schema: getSchema }, async (request) =>
+  app.get("/v1/proxy/routes/:route_id", { schema: getSchema }, async (request) =>
     service.get(request.params.route_id),
   );
 
-  app.get<{ Params: RouteIdParams; Querystring: RouteHistoryQuery }>(
-    "/v1/proxy/routes/:route_id/history",
-    { schema: historySchema },
-    async (request) => ({
-      changes: await service.history(request.params.route_id, Number(request.query.limit ?? 50)),
-    }),
-  );
+  app.get("/v1/proxy/routes/:route_id/history", { schema: historySchema }, async (request) => ({
+    changes: await service.history(request.params.route_id, Number(request.query.limit ?? 50)),
+  }));
 
-  app.post<{ Body: RouteRestoreRequest; Params: RouteIdParams }>(
-    "/v1/proxy/routes/:route_id/restore",
-    { schema: restoreSchema },
-    async (request) => {
-      const { change_id, callback_url } = request.body;
-      checkCallback(callback_url);
-      return service.restore(request.params.route_id, change_id, callback_url, changeContext(request));
-    },
-  );
+  app.post("/v1/proxy/routes/:route_id/restore", { schema: restoreSchema }, async (request) => {
+    const { change_id, callback_url } = request.body;
+    checkCallback(callback_url);
+    return service.restore(request.params.route_id, change_id, callback_url, changeContext(request));
+  });
 
-  app.put<{ Body: RouteWriteRequest; Params: RouteIdParams }>(
-    "/v1/proxy/routes/:route_id",
-    { schema: replaceSchema },
-    async (request) => {
-      checkCallback(request.body.callback_url);
-      return service.replace(request.params.route_id, request.body, changeContext(request));
-    },
-  );
+  app.put("/v1/proxy/routes/:route_id", { schema: replaceSchema }, async (request) => {
+    checkCallback(request.body.callback_url);
+    return service.replace(request.params.route_id, request.body, changeContext(request));
+  });
 
-  app.delete<{ Body: RouteDeleteRequest | undefined; Params: RouteIdParams }>(
+  app.delete(
     "/v1/proxy/routes/:route_id",
     {
       schema: deleteSchema,
