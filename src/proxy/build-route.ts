@@ -10,11 +10,40 @@ export interface ManagedRoute {
 }
 
 /**
- * Turns a write request into the Caddy route the agent manages; throws `InvalidInputError` naming every
- * field a domain rule refuses (the schema has checked the shapes by then). The callback URL is not the
- * route's: the HTTP edge checks it.
+ * What a domain rule refuses in a write request (the schema has checked the shapes by then), each field
+ * named from the body's top. The callback URL is not the route's: the HTTP edge checks it.
  */
+export function routeIssues(request: RouteWriteRequest): InputIssue[] {
+  return checked(request).issues;
+}
+
+/** Turns a write request into the Caddy route the agent manages; throws `InvalidInputError` (see routeIssues). */
 export function buildRoute(request: RouteWriteRequest): ManagedRoute {
+  const { issues, id, dials, weights } = checked(request);
+  if (issues.length > 0 || id === undefined) throw new InvalidInputError(issues);
+  const strategy = request.strategy ?? "first";
+  return {
+    id,
+    route: {
+      "@id": id,
+      match: [{ host: [id] }],
+      handle: [
+        {
+          handler: "reverse_proxy",
+          upstreams: dials.map((dial) => ({ dial })),
+          load_balancing: {
+            selection_policy:
+              strategy === "first" ? { policy: "first" } : { policy: "weighted_round_robin", weights },
+          },
+        },
+      ],
+      terminal: request.terminal ?? true,
+    },
+  };
+}
+
+/** The request's normalised id, dials and weights, and what is wrong with it. */
+function checked(request: RouteWriteRequest) {
   const issues: InputIssue[] = [];
   const domain = normalizeDomain(request.domain);
   if (!domain.ok) issues.push({ field: "domain", message: domain.message });
@@ -34,24 +63,5 @@ export function buildRoute(request: RouteWriteRequest): ManagedRoute {
   const weights = request.upstreams.map((u) => u.weight ?? 1);
   if (strategy === "weighted_round_robin" && weights.reduce((a, b) => a + b, 0) <= 0)
     issues.push({ field: "upstreams", message: "weights must sum to more than 0" });
-  if (issues.length > 0 || !domain.ok) throw new InvalidInputError(issues);
-  const id = domain.domain;
-  return {
-    id,
-    route: {
-      "@id": id,
-      match: [{ host: [id] }],
-      handle: [
-        {
-          handler: "reverse_proxy",
-          upstreams: dials.map((dial) => ({ dial })),
-          load_balancing: {
-            selection_policy:
-              strategy === "first" ? { policy: "first" } : { policy: "weighted_round_robin", weights },
-          },
-        },
-      ],
-      terminal: request.terminal ?? true,
-    },
-  };
+  return { issues, id: domain.ok ? domain.domain : undefined, dials, weights };
 }

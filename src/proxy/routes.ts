@@ -7,11 +7,13 @@ import { BODY_OPTIONAL } from "../http/openapi.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
 import { RefTo } from "../util/typebox.js";
+import { routeIssues } from "./build-route.js";
 import {
   RouteDeleteRequestSchema,
   RouteHistoryQuerySchema,
   RouteIdParamsSchema,
   RouteRestoreRequestSchema,
+  type RouteWriteRequest,
   RouteWriteRequestSchema,
 } from "./schemas.js";
 import type { ChangeContext, RouteService } from "./service.js";
@@ -153,10 +155,15 @@ const deleteSchema = {
 const changeContext = (request: FastifyRequest): ChangeContext => ({ requestId: request.id });
 
 export function registerProxyRoutes(app: App, service: RouteService, deny: DenyList): void {
-  /** A callback the agent may not call is refused before anything else of the change happens. */
-  const checkCallback = (url: string | null | undefined) => {
+  /**
+   * A callback the agent may not call is refused before anything of the change happens, in one answer with
+   * whatever else the request's route gets wrong (`written`, for a create or replace).
+   */
+  const checkCallback = (url: string | null | undefined, written?: RouteWriteRequest) => {
     const error = callbackUrlError(url, deny);
-    if (error) throw validationFailed([error]);
+    if (!error) return;
+    const issues = written === undefined ? [] : routeIssues(written);
+    throw validationFailed([...issues.map((i) => ({ field: `body.${i.field}`, message: i.message })), error]);
   };
 
   // Caddy's own bytes go out as they come: parsing and re-serialising thousands of routes would cost more
@@ -166,7 +173,7 @@ export function registerProxyRoutes(app: App, service: RouteService, deny: DenyL
   );
 
   app.post("/v1/proxy/routes", { schema: createSchema }, async (request, reply) => {
-    checkCallback(request.body.callback_url);
+    checkCallback(request.body.callback_url, request.body);
     const route = await service.create(request.body, changeContext(request));
     return reply
       .code(201)
@@ -189,7 +196,7 @@ export function registerProxyRoutes(app: App, service: RouteService, deny: DenyL
   });
 
   app.put("/v1/proxy/routes/:route_id", { schema: replaceSchema }, async (request) => {
-    checkCallback(request.body.callback_url);
+    checkCallback(request.body.callback_url, request.body);
     return service.replace(request.params.route_id, request.body, changeContext(request));
   });
 

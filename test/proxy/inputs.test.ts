@@ -94,6 +94,28 @@ describe("what is validated is what is written", () => {
     assert.equal((await caddy.admin.raw("GET", "/config/")).text, before);
   });
 
+  test("a create or replace with a bad callback and a bad route names both in one 400, and Caddy is not touched", async (t) => {
+    const { call, caddy } = await setup(t);
+    const before = (await caddy.admin.raw("GET", "/config/")).text;
+    const payload = {
+      domain: "two.test",
+      upstreams: [{ dial: "127.0.0.1 :80" }],
+      callback_url: "ftp://127.0.0.1/hook",
+    };
+    for (const [method, url] of [
+      ["POST", "/v1/proxy/routes"],
+      ["PUT", "/v1/proxy/routes/two.test"],
+    ] as const) {
+      const res = await call({ method, url, payload });
+      assert.equal(res.statusCode, 400, res.body);
+      assert.deepEqual(
+        res.json().errors.map((e: { field: string }) => e.field),
+        ["body.upstreams[0].dial", "body.callback_url"],
+      );
+    }
+    assert.equal((await caddy.admin.raw("GET", "/config/")).text, before);
+  });
+
   test("an upstream name is written in its validated form and carries traffic", async (t) => {
     const { call, caddy } = await setup(t);
     const up = await startUpstream(t, "named");
