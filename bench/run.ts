@@ -10,6 +10,7 @@
  *   BENCH_ROUNDS       single changes of each kind per size, default 40 at 1,000 and 10 above 5,000
  *   BENCH_SEQUENTIAL   sequential raw calls the bursts are compared with, default 100 (fewer are scaled up)
  */
+import type { ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -38,15 +39,18 @@ const SOAK_SECONDS = soakArg ? Number(soakArg.split("=")[1] ?? 600) : 0;
 
 async function main() {
   const dir = mkdtempSync(join(tmpdir(), "hk-bench-"));
-  const agentsCaddy = await startCaddy(dir, "agent-caddy");
-  const rawCaddy = await startCaddy(dir, "raw-caddy");
-  const agent = await startAgent(dir, agentsCaddy);
-  const stop = () => {
-    for (const c of [agent.child, agentsCaddy.child, rawCaddy.child])
-      if (c.pid && c.exitCode === null) process.kill(c.pid, "SIGKILL");
+  // Registered before anything starts, so a start that fails (an agent whose dist/ is stale) leaves no Caddy.
+  const children: ChildProcess[] = [];
+  process.on("exit", () => {
+    for (const c of children) if (c.pid && c.exitCode === null) process.kill(c.pid, "SIGKILL");
     rmSync(dir, { recursive: true, force: true });
-  };
-  process.on("exit", stop);
+  });
+  const agentsCaddy = await startCaddy(dir, "agent-caddy");
+  children.push(agentsCaddy.child);
+  const rawCaddy = await startCaddy(dir, "raw-caddy");
+  children.push(rawCaddy.child);
+  const agent = await startAgent(dir, agentsCaddy);
+  children.push(agent.child);
   await new Promise((r) => setTimeout(r, 1000));
   const rssStart = rssMb(agent.child.pid as number);
   const loadBefore = loadAverage();
@@ -119,7 +123,6 @@ async function main() {
     ),
   );
   console.log(`\nJSON: ${file}`);
-  stop();
   const ok =
     rows.every((r) => r.met) &&
     idleAtLargest < RSS_TARGET_MB &&
