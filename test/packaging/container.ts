@@ -7,7 +7,27 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { once } from "node:events";
-import { existsSync, renameSync, rmSync } from "node:fs";
+import { existsSync, readFileSync, renameSync, rmSync } from "node:fs";
+
+/**
+ * Whether `pid` is PID 1 of a PID namespace of its own (its `NSpid` ends in 1): the container's init.
+ * systemd-nspawn's first child is a helper in the host's namespace that forks the init and exits; taken
+ * for the container, every command run "inside" failed until the boot's deadline, and the booted
+ * container was left running when the test gave up (seen in a clean-clone run: "did not come up (no
+ * answer)", with an orphaned systemd).
+ */
+function isNamespaceInit(pid: number): boolean {
+  if (!(pid > 0)) return false;
+  try {
+    const ids = /^NSpid:\s+(.+)$/m
+      .exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]
+      ?.trim()
+      .split(/\s+/);
+    return ids !== undefined && ids.length > 1 && ids[ids.length - 1] === "1";
+  } catch {
+    return false;
+  }
+}
 
 export interface RunResult {
   code: number | null;
@@ -135,9 +155,8 @@ export class Container {
       if (nspawn.exitCode !== null) throw new Error(`systemd-nspawn exited with ${nspawn.exitCode}`);
       if (Date.now() > deadline) break;
       const children = await run("pgrep", ["-P", String(nspawn.pid)]);
-      const first = Number(children.stdout.trim().split("\n")[0]);
-      if (first > 0) pid = first;
-      else await new Promise((r) => setTimeout(r, 100));
+      pid = children.stdout.trim().split("\n").map(Number).find(isNamespaceInit);
+      if (pid === undefined) await new Promise((r) => setTimeout(r, 100));
     }
     if (pid === undefined) {
       if (nspawn.pid !== undefined) process.kill(nspawn.pid, "SIGKILL");
@@ -177,12 +196,15 @@ export class Container {
     return this.ok(["/bin/sh", "-c", script], opts);
   }
 
-  /** Powers the container off and waits for systemd-nspawn to exit; kills it by its PID if it does not. */
+  /** Powers the container off and waits for systemd-nspawn to exit; kills its init and it by their PIDs if it does not. */
   async stop(): Promise<void> {
     if (this.nspawn.exitCode !== null || this.nspawn.signalCode !== null) return;
     const exited = once(this.nspawn, "exit");
     await this.exec(["systemctl", "poweroff"], { timeoutMs: 10_000 }).catch(() => undefined);
     const timer = setTimeout(() => {
+      // The container's init first: killing it ends its whole PID namespace, which killing systemd-nspawn
+      // alone does not (its init would go on, orphaned).
+      if (isNamespaceInit(this.pid)) process.kill(this.pid, "SIGKILL");
       if (this.nspawn.pid !== undefined) process.kill(this.nspawn.pid, "SIGKILL");
     }, 30_000);
     await exited;
