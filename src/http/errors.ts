@@ -1,5 +1,5 @@
 import type { FastifyError, FastifyReply } from "fastify";
-import { InvalidInputError } from "../util/invalid-input.js";
+import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
 import { plural } from "../util/text.js";
 
 /**
@@ -213,6 +213,11 @@ export function validationDetail(errors: FieldError[]): string {
   return errors.map((e) => `${e.field} ${e.message}`).join("; ");
 }
 
+/** A domain check's findings as the body's field errors: `upstreams[1].dial` is `body.upstreams[1].dial`. */
+export function bodyFieldErrors(issues: readonly InputIssue[]): FieldError[] {
+  return issues.map((i) => ({ field: `body.${i.field}`, message: i.message }));
+}
+
 /** A 400 `validation_failed` naming each offending field; the one way domain checks report bad input. */
 export function validationFailed(errors: FieldError[]): ApiError {
   return new ApiError("validation_failed", validationDetail(errors), { errors });
@@ -230,7 +235,7 @@ export function toApiError(err: FastifyError | Error): { apiError: ApiError; une
   if (err instanceof ApiError) return { apiError: err, unexpected: false };
   if (err instanceof InvalidInputError)
     return {
-      apiError: validationFailed(err.issues.map((i) => ({ field: `body.${i.field}`, message: i.message }))),
+      apiError: validationFailed(bodyFieldErrors(err.issues)),
       unexpected: false,
     };
   const fe = err as FastifyError & { validation?: AjvError[]; validationContext?: string };

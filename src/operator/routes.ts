@@ -1,6 +1,6 @@
 import type { DenyList } from "../events/egress.js";
 import { callbackUrlError } from "../http/callback-url.js";
-import { type FieldError, validationFailed } from "../http/errors.js";
+import { bodyFieldErrors, type FieldError, validationFailed } from "../http/errors.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
 import { RefTo } from "../util/typebox.js";
@@ -44,7 +44,7 @@ export function registerOperatorRoutes(app: App, service: OperatorService, deny:
       // Every bad field in one answer, and nothing started for a request that has one.
       const errors: FieldError[] = [
         callbackUrlError(request.body.callback_url, deny),
-        ...service.inputIssues(request.body).map((i) => ({ field: `body.${i.field}`, message: i.message })),
+        ...bodyFieldErrors(service.inputIssues(request.body)),
       ].filter((e) => e !== undefined);
       if (errors.length > 0) throw validationFailed(errors);
       const status = service.request(request.body);

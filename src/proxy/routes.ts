@@ -2,7 +2,7 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyRequest } from "fastify";
 import type { DenyList } from "../events/egress.js";
 import { callbackUrlError } from "../http/callback-url.js";
-import { validationFailed } from "../http/errors.js";
+import { bodyFieldErrors, validationFailed } from "../http/errors.js";
 import { BODY_OPTIONAL } from "../http/openapi.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
@@ -163,7 +163,7 @@ export function registerProxyRoutes(app: App, service: RouteService, deny: DenyL
     const error = callbackUrlError(url, deny);
     if (!error) return;
     const issues = written === undefined ? [] : routeIssues(written);
-    throw validationFailed([...issues.map((i) => ({ field: `body.${i.field}`, message: i.message })), error]);
+    throw validationFailed([...bodyFieldErrors(issues), error]);
   };
 
   // Caddy's own bytes go out as they come: parsing and re-serialising thousands of routes would cost more
