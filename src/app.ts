@@ -89,8 +89,8 @@ export async function buildApp({
   now = Date.now,
   serverFactory,
 }: AppOptions): Promise<App> {
-  if (!config.proxy.caddyAdmin)
-    throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
+  const caddyAddress = config.proxy.caddyAdmin;
+  if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
   const db = openDatabase(config.agent.dataDir, [
     ...outboxMigrations,
     ...proxyMigrations,
@@ -100,7 +100,7 @@ export async function buildApp({
   ]);
   const access = buildAccess(config, db, logger, now);
   const app = createFastify(config.agent, access.access.check, logger, serverFactory);
-  const areas = buildAreas(config, db, logger, embeddedCaddy);
+  const areas = buildAreas(config, db, logger, { address: caddyAddress, embedded: embeddedCaddy });
   const { outbox, routes, writer, caddyAdmin, operator, metrics } = areas;
   const { tokens, audit } = access;
   app.decorate("services", { db, outbox, routes, writer, caddyAdmin, operator, metrics, tokens, audit });

@@ -7,6 +7,7 @@ import { Metrics } from "../metrics/metrics.js";
 import { OperatorService } from "../operator/service.js";
 import { ChangeJournal, type RecordedChange } from "../proxy/journal.js";
 import { RouteService } from "../proxy/service.js";
+import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { RouteChangeStore } from "../proxy/store.js";
 import { caddyDuration } from "../proxy/streams.js";
 import { RouteWriter } from "../proxy/writer.js";
@@ -37,11 +38,10 @@ export function buildAreas(
   config: AppConfig,
   db: Db,
   logger: Logger,
-  embeddedCaddy: SupervisedCaddy | undefined,
+  caddy: { address: CaddyAdminAddress; embedded: SupervisedCaddy | undefined },
 ): Areas {
   const { agent, events, proxy } = config;
-  const caddyAddress = proxy.caddyAdmin;
-  if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
+  const { address: caddyAddress, embedded: embeddedCaddy } = caddy;
   const metrics = new Metrics();
   const deny = new DenyList(events.webhookDenyCidrs);
   const outbox = new Outbox(db, {

@@ -9,8 +9,6 @@ import type { EventType } from "./event-kinds.js";
 import { judgeAttempt } from "./retry-policy.js";
 import { type EventFilter, type OutboxAttempt, type OutboxEvent, OutboxStore } from "./store.js";
 
-// The store owns them; app.ts and other areas' tests import them from here, with the Outbox.
-
 export type RedeliverResult =
   | { ok: true; event: OutboxEvent }
   | { ok: false; reason: "not_found" | "pending"; event?: OutboxEvent };

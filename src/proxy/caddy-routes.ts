@@ -2,10 +2,10 @@ import type { Readable } from "node:stream";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { collectWhenIdle } from "../util/idle-gc.js";
-import { managedServerCreation } from "./managed-server.js";
 import { indexRoutes, type Op, opId, type Plan, type RouteJson, type RoutesIndex } from "./plan.js";
 import { PARSED_KEPT_MS, RoutesCache, routesStateOf } from "./routes-cache.js";
 import { readAll, routesBody } from "./routes-stream.js";
+import { managedServerCreation } from "./server-creation.js";
 
 export interface RoutesState {
   /** False when the managed server does not exist yet. */

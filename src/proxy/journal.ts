@@ -45,7 +45,7 @@ export class RecordedChange implements WriterChange {
  * delivered one at a time in the order written, so the receiver sees a change's backup before its outcome.
  * Per receiver too, so a receiver that is down holds up no other receiver of the route's events.
  */
-export const routeEventKey = (routeId: string, url: string) => `route:${routeId} ${url}`;
+const routeEventKey = (routeId: string, url: string) => `route:${routeId} ${url}`;
 
 const OUTCOME_OF: Record<WriteFailure["kind"], SettledOutcome> = {
   exists: "refused",

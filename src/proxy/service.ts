@@ -24,7 +24,7 @@ import {
   RecordedChange,
   settledOutcome,
 } from "./journal.js";
-import type { Op, RouteJson } from "./plan.js";
+import { type Op, opId, type RouteJson } from "./plan.js";
 import type { RouteWriteRequest } from "./schemas.js";
 import type { RouteChangeStore, SettledOutcome } from "./store.js";
 import { withStreamCloseDelay } from "./streams.js";
@@ -238,7 +238,7 @@ export class RouteService {
         : { ...op, route: withStreamCloseDelay(op.route, this.o.connections.streamCloseDelayMs) };
     const about: ChangeAbout = {
       operation,
-      route_id: delayed.kind === "delete" || delayed.kind === "replace" ? delayed.id : delayed.route["@id"],
+      route_id: opId(delayed),
       ...(restoredFrom === undefined ? {} : { restored_from: restoredFrom }),
       request_id: ctx.requestId,
     };

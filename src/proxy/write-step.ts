@@ -264,7 +264,7 @@ function changesNothing(p: Plan): boolean {
 }
 
 /** A read that failed before anything was written: Caddy unreachable, or answering with an error. */
-export function failureOf(err: unknown): WriteFailure {
+function failureOf(err: unknown): WriteFailure {
   if (err instanceof CaddyUnavailableError) return { kind: "unavailable", message: err.message };
   if (err instanceof CaddyApiError)
     return { kind: "unavailable", message: `Caddy answered ${err.status}: ${err.message}` };
