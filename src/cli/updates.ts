@@ -1,5 +1,6 @@
 import { highestSeverity, type PackageUpdate } from "../system/package-manager.js";
 import type { ApplyRecord, SystemStatus } from "../system/schemas.js";
+import { plural } from "../util/text.js";
 import { connect } from "./agent.js";
 import { type Command, positiveInteger } from "./args.js";
 import { cell, print, table } from "./output.js";
@@ -25,7 +26,7 @@ const check: Command = {
     const s = JSON.parse(answer.text) as CheckAnswer;
     const count = s.security_updates + s.regular_updates;
     print(
-      `${count} update${count === 1 ? "" : "s"} (${s.security_updates} security, ${s.regular_updates} regular); reboot required: ${cell(s.reboot_required)}; ${s.package_manager}, checked ${s.checked_at}`,
+      `${plural(count, "update")} (${s.security_updates} security, ${s.regular_updates} regular); reboot required: ${cell(s.reboot_required)}; ${s.package_manager}, checked ${s.checked_at}`,
     );
     if (s.updates.length > 0)
       print(
