@@ -22,6 +22,8 @@ export const problemCodes = {
   token_not_found: { status: 404, title: "Token not found" },
   method_not_allowed: { status: 405, title: "Method not allowed" },
   route_exists: { status: 409, title: "Route already exists" },
+  host_conflict: { status: 409, title: "Host is served by another route" },
+  route_request_unknown: { status: 409, title: "No write request makes the route as Caddy holds it" },
   restore_conflict: { status: 409, title: "Restore does not apply to the route as it is now" },
   event_pending: { status: 409, title: "Event is still pending" },
   update_in_progress: { status: 409, title: "Update already in progress" },

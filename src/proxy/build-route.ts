@@ -1,7 +1,22 @@
 import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
 import { normalizeDomain, parseDial } from "./domain.js";
 import type { RouteJson } from "./plan.js";
-import type { RouteWriteRequest } from "./schemas.js";
+import {
+  type Balanced,
+  DEFAULT_REDIRECT_STATUS,
+  reverseProxy,
+  type SitePolicies,
+  siteHandlers,
+} from "./policies.js";
+import {
+  allowIpIssues,
+  basicAuthIssues,
+  headerIssues,
+  maintenanceIssues,
+  pathIssues,
+  redirectHosts,
+} from "./policy-checks.js";
+import type { RouteWriteRequest } from "./write-schemas.js";
 
 /** A route the agent writes: its id (the normalised domain) and the route as Caddy will hold it. */
 export interface ManagedRoute {
@@ -19,49 +34,87 @@ export function routeIssues(request: RouteWriteRequest): InputIssue[] {
 
 /** Turns a write request into the Caddy route the agent manages; throws `InvalidInputError` (see routeIssues). */
 export function buildRoute(request: RouteWriteRequest): ManagedRoute {
-  const { issues, id, dials, weights } = checked(request);
-  if (issues.length > 0 || id === undefined) throw new InvalidInputError(issues);
-  const strategy = request.strategy ?? "first";
+  const { issues, site, upstreams } = checked(request);
+  if (issues.length > 0 || site === undefined) throw new InvalidInputError(issues);
+  const id = site.domain;
   return {
     id,
     route: {
       "@id": id,
-      match: [{ host: [id] }],
-      handle: [
-        {
-          handler: "reverse_proxy",
-          upstreams: dials.map((dial) => ({ dial })),
-          load_balancing: {
-            selection_policy:
-              strategy === "first" ? { policy: "first" } : { policy: "weighted_round_robin", weights },
-          },
-        },
-      ],
+      match: [{ host: [id, ...site.redirectFrom] }],
+      handle: hasPolicies(request) ? siteHandlers(site, upstreams) : [reverseProxy(upstreams)],
       terminal: request.terminal ?? true,
     },
   };
 }
 
-/** The request's normalised id, dials and weights, and what is wrong with it. */
+/** Whether the request asks for any site policy: a route without one is written as plain `reverse_proxy`. */
+const hasPolicies = (r: RouteWriteRequest): boolean =>
+  r.redirect_from !== undefined ||
+  r.paths !== undefined ||
+  r.basic_auth !== undefined ||
+  r.allow_ips !== undefined ||
+  r.headers !== undefined ||
+  r.maintenance !== undefined ||
+  r.encode !== undefined;
+
+/** The request's policies validated and normalised, and what is wrong with it (site undefined then). */
 function checked(request: RouteWriteRequest) {
   const issues: InputIssue[] = [];
   const domain = normalizeDomain(request.domain);
   if (!domain.ok) issues.push({ field: "domain", message: domain.message });
-  const strategy = request.strategy ?? "first";
-  const dials = request.upstreams.map((u, i) => {
-    const d = parseDial(u.dial);
-    if (!d.ok) issues.push({ field: `upstreams[${i}].dial`, message: d.message });
-    return d.ok ? d.dial : u.dial;
+  const id = domain.ok ? domain.domain : undefined;
+  const upstreams = balanced(request, "", issues);
+  const redirectFrom = redirectHosts(request, id, issues);
+  pathIssues(request.paths, issues);
+  const paths = (request.paths ?? []).map((p, i) => ({
+    prefix: p.prefix,
+    upstreams: balanced(p, `paths[${i}].`, issues),
+    strip: p.strip_prefix ?? false,
+  }));
+  basicAuthIssues(request.basic_auth, issues);
+  allowIpIssues(request.allow_ips, issues);
+  headerIssues(request.headers, issues);
+  maintenanceIssues(request.maintenance, issues);
+  const auth = request.basic_auth;
+  const site: SitePolicies | undefined =
+    id === undefined || issues.length > 0
+      ? undefined
+      : {
+          domain: id,
+          redirectFrom,
+          redirectStatus: request.redirect_status ?? DEFAULT_REDIRECT_STATUS,
+          paths,
+          basicAuth: auth && { realm: auth.realm ?? id, users: auth.users },
+          allowIps: request.allow_ips,
+          headers: request.headers,
+          maintenance: request.maintenance,
+          encode: request.encode,
+        };
+  return { issues, site, upstreams };
+}
+
+/** Upstreams with their strategy, validated; `at` is where they are in the body (`""` or `paths[2].`). */
+function balanced(
+  u: Pick<RouteWriteRequest, "upstreams" | "strategy">,
+  at: string,
+  issues: InputIssue[],
+): Balanced {
+  const strategy = u.strategy ?? "first";
+  const dials = u.upstreams.map((up, i) => {
+    const d = parseDial(up.dial);
+    if (!d.ok) issues.push({ field: `${at}upstreams[${i}].dial`, message: d.message });
+    return d.ok ? d.dial : up.dial;
   });
-  request.upstreams.forEach((u, i) => {
-    if (u.weight !== undefined && strategy !== "weighted_round_robin")
+  u.upstreams.forEach((up, i) => {
+    if (up.weight !== undefined && strategy !== "weighted_round_robin")
       issues.push({
-        field: `upstreams[${i}].weight`,
+        field: `${at}upstreams[${i}].weight`,
         message: "is only allowed with strategy weighted_round_robin",
       });
   });
-  const weights = request.upstreams.map((u) => u.weight ?? 1);
+  const weights = u.upstreams.map((up) => up.weight ?? 1);
   if (strategy === "weighted_round_robin" && weights.reduce((a, b) => a + b, 0) <= 0)
-    issues.push({ field: "upstreams", message: "weights must sum to more than 0" });
-  return { issues, id: domain.ok ? domain.domain : undefined, dials, weights };
+    issues.push({ field: `${at}upstreams`, message: "weights must sum to more than 0" });
+  return { dials, weights, strategy };
 }

@@ -16,6 +16,25 @@ export class RouteExistsError extends Error {
   override readonly name = "RouteExistsError";
 }
 
+/** Another route serves one of the hosts (domain or `redirect_from`) of a created or replaced route. */
+export class HostTakenError extends Error {
+  override readonly name = "HostTakenError";
+
+  constructor(
+    message: string,
+    readonly host: string,
+    /** The @id of the route that serves it; null for a route without one. */
+    readonly owner: string | null,
+  ) {
+    super(message);
+  }
+}
+
+/** No write request makes the route Caddy holds: it was written by hand, or changed in Caddy since. */
+export class RouteNotWrittenError extends Error {
+  override readonly name = "RouteNotWrittenError";
+}
+
 /** The operator's route is the agent's own: the API cannot change it. */
 export class OperatorRouteImmutableError extends Error {
   override readonly name = "OperatorRouteImmutableError";

@@ -2,6 +2,7 @@ import { withoutPaths } from "../util/without-paths.js";
 import type { Op, RouteJson } from "./plan.js";
 import type { ChangeOperation, ChangeOutcome } from "./schemas.js";
 import type { ChangeRow } from "./store.js";
+import type { WriteFailure } from "./write-step.js";
 
 /** A change as the history shows it. */
 export interface ChangeView {
@@ -72,9 +73,11 @@ export function restorePlan(row: ChangeRow): RestorePlan {
 }
 
 /** Why a restore of `row` does not fit the route as it is now, for the conflict Caddy's state gave. */
-export function restoreConflict(row: ChangeRow, op: Op, kind: "exists" | "not_found"): string {
+export function restoreConflict(row: ChangeRow, op: Op, refused: WriteFailure): string {
   const routeId = row.route_id;
-  return kind === "exists"
+  if (refused.kind === "host_taken")
+    return `change ${row.id}'s captured route serves host ${refused.host}, which ${refused.owner === null ? "a route without an @id" : `route ${refused.owner}`} serves now: nothing was changed`;
+  return refused.kind === "exists"
     ? `change ${row.id} removed route ${routeId}, but its @id is in use in Caddy's config again: nothing was changed`
     : `change ${row.id} ${op.kind === "delete" ? "created" : "replaced"} route ${routeId}, which the managed server no longer has: nothing was changed`;
 }

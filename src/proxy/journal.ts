@@ -50,6 +50,7 @@ const routeEventKey = (routeId: string, url: string) => `route:${routeId} ${url}
 const OUTCOME_OF: Record<WriteFailure["kind"], SettledOutcome> = {
   exists: "refused",
   not_found: "refused",
+  host_taken: "refused",
   unavailable: "failed",
   rejected: "failed",
   capture_failed: "failed",
@@ -64,8 +65,14 @@ export const settledOutcome = (result: ChangeResult): SettledOutcome =>
 /** The failure's own words, or its kind when it has none (a 404/409 refusal). */
 export function failureText(result: ChangeResult): string | null {
   if (result.ok) return null;
-  return "message" in result.failure ? result.failure.message : result.failure.kind;
+  const f = result.failure;
+  if (f.kind === "host_taken") return hostTakenText(f.host, f.owner);
+  return "message" in f ? f.message : f.kind;
 }
+
+/** Why a route may not serve `host`: `owner` (an @id, or null for a route without one) serves it. */
+export const hostTakenText = (host: string, owner: string | null): string =>
+  `host ${host} is served by ${owner === null ? "a route without an @id" : `route ${owner}`}`;
 
 /**
  * The route as Caddy holds it once a change settled: the new one when it applied (null after a removal),

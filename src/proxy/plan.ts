@@ -14,9 +14,15 @@ export type Op =
   /** Create or replace, for routes the agent owns (the operator's). */
   | { kind: "put"; route: RouteJson & { "@id": string } };
 
+/** Why an op was refused: its id is taken or missing, or another route serves one of its exact hosts. */
+export type Refusal =
+  | { reason: "exists" | "not_found" }
+  /** `owner`: the @id of the route serving `host`, null for a route without one. */
+  | { reason: "host_taken"; host: string; owner: string | null };
+
 export type PlanOutcome =
   | { ok: true; previous: RouteJson | null; route: RouteJson | null }
-  | { ok: false; reason: "exists" | "not_found" };
+  | ({ ok: false } & Refusal);
 
 export const opId = (op: Op): string => (op.kind === "create" || op.kind === "put" ? op.route["@id"] : op.id);
 
@@ -40,6 +46,12 @@ export function routeShadows(route: RouteJson, host: string): boolean {
 }
 
 const hostsOf = (route: RouteJson): string[] => route.match?.flatMap((m) => m.host ?? []) ?? [];
+
+/** The hosts of a route's matchers that are not wildcards, lowercase. */
+const exactHosts = (route: RouteJson): string[] =>
+  hostsOf(route)
+    .filter((h) => !h.includes("*"))
+    .map((h) => h.toLowerCase());
 
 /**
  * Where a route goes among `routes`, testing only the routes that may shadow it (`candidates`, which are
@@ -146,7 +158,7 @@ class Planning {
   readonly routes: RouteJson[];
   readonly outcomes: PlanOutcome[] = [];
   readonly applied: Plan["applied"] = [];
-  /** The hosts the ops' new routes are for (lowercase). */
+  /** The hosts of the routes the ops write (lowercase). */
   private readonly newHosts: Set<string>;
   /** The routes that may shadow a new one: those for any host, and those holding one of the new hosts. */
   private readonly candidates = new Set<RouteJson>();
@@ -160,9 +172,7 @@ class Planning {
   ) {
     this.routes = [...current];
     this.newHosts = new Set(
-      ops
-        .flatMap((op) => (op.kind === "create" || op.kind === "put" ? hostsOf(op.route) : []))
-        .map((h) => h.toLowerCase()),
+      ops.flatMap((op) => (op.kind === "delete" ? [] : hostsOf(op.route))).map((h) => h.toLowerCase()),
     );
     const add = (i: number) => {
       const r = current[i];
@@ -182,7 +192,7 @@ class Planning {
     switch (op.kind) {
       case "create":
         if (at !== -1 || existsElsewhere.has(id)) this.outcomes.push({ ok: false, reason: "exists" });
-        else this.insert(op, index, op.route);
+        else if (!this.refusedForHost(op.route)) this.insert(op, index, op.route);
         return;
       case "put":
         if (at === -1) this.insert(op, index, op.route);
@@ -190,13 +200,31 @@ class Planning {
         return;
       case "replace":
         if (at === -1) this.outcomes.push({ ok: false, reason: "not_found" });
-        else this.replaceAt(op, index, at, op.route);
+        else if (!this.refusedForHost(op.route)) this.replaceAt(op, index, at, op.route);
         return;
       case "delete":
         if (at === -1) this.outcomes.push({ ok: false, reason: "not_found" });
         else this.remove(op, index, at, id);
         return;
     }
+  }
+
+  /**
+   * Refuses a route one of whose exact hosts another route (another @id) serves as an exact host: a host
+   * belongs to one route. Only the candidates can hold one of the new hosts; wildcards keep placement's rules.
+   */
+  private refusedForHost(route: RouteJson & { "@id": string }): boolean {
+    const hosts = new Set(exactHosts(route));
+    if (hosts.size === 0) return false;
+    for (const c of this.candidates) {
+      if (c["@id"] === route["@id"]) continue;
+      const host = exactHosts(c).find((h) => hosts.has(h));
+      if (host === undefined || !this.routes.includes(c)) continue;
+      const owner = typeof c["@id"] === "string" ? c["@id"] : null;
+      this.outcomes.push({ ok: false, reason: "host_taken", host, owner });
+      return true;
+    }
+    return false;
   }
 
   private insert(op: Op, index: number, route: RouteJson & { "@id": string }): void {

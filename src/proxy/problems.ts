@@ -4,6 +4,7 @@ import {
   ChangeNotFoundError,
   ChangeNotRecordedError,
   ChangeRejectedError,
+  HostTakenError,
   OperatorRouteImmutableError,
   ProxyUnavailableError,
   RestoreConflictError,
@@ -11,6 +12,7 @@ import {
   RouteExistsError,
   RouteIdMismatchError,
   RouteNotFoundError,
+  RouteNotWrittenError,
 } from "./errors.js";
 
 /**
@@ -21,6 +23,11 @@ import {
 export function proxyProblem(err: unknown): ApiError | undefined {
   if (err instanceof RouteNotFoundError) return new ApiError("route_not_found", err.message);
   if (err instanceof RouteExistsError) return new ApiError("route_exists", err.message);
+  if (err instanceof HostTakenError)
+    return new ApiError("host_conflict", err.message, {
+      extensions: { host: err.host, route_id: err.owner },
+    });
+  if (err instanceof RouteNotWrittenError) return new ApiError("route_request_unknown", err.message);
   if (err instanceof OperatorRouteImmutableError)
     return new ApiError("operator_route_immutable", err.message);
   if (err instanceof RouteIdMismatchError)

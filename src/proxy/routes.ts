@@ -30,6 +30,7 @@ const changeProblems = problemResponses(
   "malformed_body",
   "operator_route_immutable",
   "route_not_found",
+  "host_conflict",
   "payload_too_large",
   "unsupported_media_type",
   "proxy_unavailable",
@@ -54,7 +55,7 @@ const createSchema = {
   operationId: "createRoute",
   summary: "Create a route",
   description:
-    "Creates a reverse-proxy route for `domain`. The route `@id` is the normalised domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
+    "Creates a reverse-proxy route for `domain`, with the site policies the request asks for (docs/api/proxy-routes.md). The route `@id` is the normalised domain. 409 `route_exists` when the id is in use in Caddy's config; 409 `host_conflict` when another route serves the domain or a `redirect_from` host. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
   body: RefTo(RouteWriteRequestSchema),
   response: {
     201: {
@@ -67,6 +68,7 @@ const createSchema = {
       "validation_failed",
       "malformed_body",
       "route_exists",
+      "host_conflict",
       "payload_too_large",
       "unsupported_media_type",
       "proxy_unavailable",
@@ -85,6 +87,19 @@ const getSchema = {
   response: {
     200: jsonContent(RouteRef, "The route."),
     ...problemResponses("route_not_found", "proxy_unavailable"),
+  },
+};
+
+const requestSchema = {
+  tags: TAGS,
+  operationId: "getRouteRequest",
+  summary: "Get the write request that makes a route",
+  description:
+    "The route `route_id` in the shape it was written (a create's or replace's body, without `callback_url`), read from the route Caddy holds now: the request that makes exactly that route, in its normalised form (the domain and hosts as route ids, defaults filled in, paths longest prefix first). 409 `route_request_unknown` for a route no write request makes: one written outside the agent's API, or changed in Caddy since.",
+  params: RouteIdParamsSchema,
+  response: {
+    200: jsonContent(Type.Ref("WrittenRouteRequest"), "The write request."),
+    ...problemResponses("route_not_found", "route_request_unknown", "proxy_unavailable"),
   },
 };
 
@@ -133,7 +148,7 @@ const replaceSchema = {
   operationId: "replaceRoute",
   summary: "Replace a route",
   description:
-    "Fully replaces the route `route_id`; `domain` must derive to the same id. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`.",
+    "Fully replaces the route `route_id`, site policies included (a field left out is a policy removed); `domain` must derive to the same id. 409 `host_conflict` when another route serves the domain or a `redirect_from` host. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`.",
   params: RouteIdParamsSchema,
   body: RefTo(RouteWriteRequestSchema),
   response: { 200: jsonContent(RouteRef, "The route as written to Caddy."), ...changeProblems },
@@ -183,6 +198,10 @@ export function registerProxyRoutes(app: App, service: RouteService, deny: DenyL
 
   app.get("/v1/proxy/routes/:route_id", { schema: getSchema }, async (request) =>
     service.get(request.params.route_id),
+  );
+
+  app.get("/v1/proxy/routes/:route_id/request", { schema: requestSchema }, async (request) =>
+    service.request(request.params.route_id),
   );
 
   app.get("/v1/proxy/routes/:route_id/history", { schema: historySchema }, async (request) => ({

@@ -1,53 +1,26 @@
 import { type Static, Type } from "@sinclair/typebox";
-import { NullableString, RefTo, StringEnum } from "../util/typebox.js";
+import { StringEnum } from "../util/typebox.js";
+import {
+  BasicAuthSchema,
+  BasicAuthUserSchema,
+  CallbackUrlSchema,
+  HeaderOpsSchema,
+  HeadersSchema,
+  MaintenanceSchema,
+  PathRouteSchema,
+  RouteWriteRequestSchema,
+  UpstreamSchema,
+} from "./write-schemas.js";
 
-export const UpstreamSchema = Type.Object(
-  {
-    dial: Type.String({
-      minLength: 3,
-      maxLength: 300,
-      description:
-        "`host:port` of the upstream; host is a name, an IPv4 address or a bracketed IPv6 address; port 1-65535.",
-      examples: ["127.0.0.1:8080"],
-    }),
-    weight: Type.Optional(
-      Type.Integer({
-        minimum: 0,
-        maximum: 1_000_000,
-        description:
-          "Only with strategy `weighted_round_robin` (default 1). The weights of a route must sum to more than 0.",
-      }),
-    ),
-  },
-  { additionalProperties: false, $id: "Upstream", title: "Upstream" },
-);
+export type { RouteWriteRequest } from "./write-schemas.js";
+export { CallbackUrlSchema, RouteWriteRequestSchema, UpstreamSchema } from "./write-schemas.js";
 
-export const CallbackUrlSchema = NullableString(
-  Type.String({
-    maxLength: 2048,
-    description: "Absolute http(s) URL that receives the `route_backup` event before the change is applied.",
-  }),
-);
-
-export const RouteWriteRequestSchema = Type.Object(
-  {
-    domain: Type.String({
-      minLength: 1,
-      maxLength: 512,
-      description:
-        "Host the route matches. `*.` as the first label makes a wildcard. It is normalised to the route `@id` (see docs/api/proxy-routes.md, Route ids): at most 253 characters once in ASCII, plus `*.` for a wildcard.",
-    }),
-    upstreams: Type.Array(RefTo(UpstreamSchema), { minItems: 1, maxItems: 64 }),
-    callback_url: Type.Optional(CallbackUrlSchema),
-    strategy: Type.Optional(
-      StringEnum(["first", "weighted_round_robin"], {
-        description: "Load-balancing selection policy; default `first`.",
-      }),
-    ),
-    terminal: Type.Optional(Type.Boolean({ description: "Whether the route is terminal; default `true`." })),
-  },
-  { additionalProperties: false, $id: "RouteWriteRequest", title: "RouteWriteRequest" },
-);
+export const WrittenRouteRequestSchema = Type.Omit(RouteWriteRequestSchema, ["callback_url"], {
+  additionalProperties: false,
+  $id: "WrittenRouteRequest",
+  title: "WrittenRouteRequest",
+  description: "A route write request without `callback_url`, in its normalised form.",
+});
 
 export const RouteDeleteRequestSchema = Type.Object(
   { callback_url: Type.Optional(CallbackUrlSchema) },
@@ -197,10 +170,17 @@ export const RouteRestoreResultSchema = Type.Object(
 
 export const proxySharedSchemas = [
   UpstreamSchema,
+  PathRouteSchema,
+  BasicAuthUserSchema,
+  BasicAuthSchema,
+  HeaderOpsSchema,
+  HeadersSchema,
+  MaintenanceSchema,
   RouteMatchSchema,
   RouteHandleSchema,
   RouteSchema,
   RouteWriteRequestSchema,
+  WrittenRouteRequestSchema,
   RouteDeleteRequestSchema,
   RouteChangeSchema,
   RouteHistorySchema,
@@ -210,7 +190,6 @@ export const proxySharedSchemas = [
 
 export type ChangeOperation = (typeof CHANGE_OPERATIONS)[number];
 export type ChangeOutcome = (typeof CHANGE_OUTCOMES)[number];
-export type RouteWriteRequest = Static<typeof RouteWriteRequestSchema>;
 export type RouteDeleteRequest = Static<typeof RouteDeleteRequestSchema>;
 export type RouteRestoreRequest = Static<typeof RouteRestoreRequestSchema>;
 export type RouteIdParams = Static<typeof RouteIdParamsSchema>;

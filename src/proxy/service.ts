@@ -8,6 +8,7 @@ import {
   ChangeNotFoundError,
   ChangeNotRecordedError,
   ChangeRejectedError,
+  HostTakenError,
   OperatorRouteImmutableError,
   ProxyUnavailableError,
   RestoreConflictError,
@@ -15,12 +16,14 @@ import {
   RouteExistsError,
   RouteIdMismatchError,
   RouteNotFoundError,
+  RouteNotWrittenError,
 } from "./errors.js";
 import { type ChangeView, changeView, type RestoreResult, restoreConflict, restorePlan } from "./history.js";
 import {
   type ChangeAbout,
   type ChangeJournal,
   failureText,
+  hostTakenText,
   RecordedChange,
   settledOutcome,
 } from "./journal.js";
@@ -29,6 +32,7 @@ import type { RouteWriteRequest } from "./schemas.js";
 import type { RouteChangeStore, SettledOutcome } from "./store.js";
 import { withStreamCloseDelay } from "./streams.js";
 import type { ChangeResult, RouteWriter, WriteFailure } from "./writer.js";
+import { writtenRequest } from "./written-request.js";
 
 /** Who asked for a change, recorded with it and sent in its events. */
 export interface ChangeContext {
@@ -67,10 +71,14 @@ interface ChangeOptions {
   /** For a restore: the change whose captured state it puts back. */
   restoredFrom?: number;
   /** The error when the route is not where the change needs it (404/409 of the plan), if not the usual. */
-  conflict?: (kind: "exists" | "not_found") => Error;
+  conflict?: (refusal: Refused) => Error;
 }
 
 const NO_REQUEST: ChangeContext = { requestId: null };
+
+type Refused = Extract<WriteFailure, { kind: "exists" | "not_found" | "host_taken" }>;
+const isRefusal = (f: WriteFailure): f is Refused =>
+  f.kind === "exists" || f.kind === "not_found" || f.kind === "host_taken";
 
 /** Runs a read of Caddy; Caddy unreachable or answering with an error is ProxyUnavailableError. */
 async function proxied<T>(read: () => Promise<T>): Promise<T> {
@@ -116,6 +124,19 @@ export class RouteService {
     const route = await this.find(routeId);
     if (!route) throw new RouteNotFoundError(`the managed server has no route with @id ${routeId}`);
     return route;
+  }
+
+  /**
+   * The write request that makes the route Caddy holds now, in its normalised form (see `writtenRequest`);
+   * RouteNotWrittenError when none does.
+   */
+  async request(routeId: string): Promise<NonNullable<ReturnType<typeof writtenRequest>>> {
+    const written = writtenRequest(await this.get(routeId));
+    if (written === undefined)
+      throw new RouteNotWrittenError(
+        `no write request makes route ${routeId} as Caddy holds it: it was written outside the agent's API, or changed in Caddy since`,
+      );
+    return written;
   }
 
   /**
@@ -183,7 +204,7 @@ export class RouteService {
       callbackUrl,
       ctx,
       restoredFrom: row.id,
-      conflict: (kind) => new RestoreConflictError(restoreConflict(row, op, kind)),
+      conflict: (refused) => new RestoreConflictError(restoreConflict(row, op, refused)),
     });
     if (result.changeId === undefined) throw new Error("a restore that applied has no change record");
     return { change_id: result.changeId, restored_from: row.id, action, route: result.route };
@@ -251,8 +272,7 @@ export class RouteService {
     this.logChange(change, result, outcome, performance.now() - started);
     await this.o.journal.delivered(change);
     if (!result.ok) {
-      const { kind } = result.failure;
-      if (conflict && (kind === "exists" || kind === "not_found")) throw conflict(kind);
+      if (conflict && isRefusal(result.failure)) throw conflict(result.failure);
       throw changeFailed(result.failure, about.route_id, result.previous);
     }
     return { previous: result.previous, route: result.route, changeId: change.id };
@@ -291,6 +311,8 @@ function changeFailed(f: WriteFailure, id: string, previous: RouteJson | null): 
       return new RouteExistsError(`a route with @id ${id} already exists in Caddy's config`);
     case "not_found":
       return new RouteNotFoundError(`the managed server has no route with @id ${id}`);
+    case "host_taken":
+      return new HostTakenError(hostTakenText(f.host, f.owner), f.host, f.owner);
     case "unavailable":
     case "rolled_back":
       return new ProxyUnavailableError(f.message);
@@ -304,9 +326,9 @@ function changeFailed(f: WriteFailure, id: string, previous: RouteJson | null): 
 }
 
 /** The upstreams a route dials, in its handlers' order: what a change's log line names. */
-function upstreamsOf(route: RouteJson | null): string[] {
-  const dials: string[] = [];
+function upstreamsOf(route: RouteJson | null, dials: string[] = []): string[] {
   for (const h of route?.handle ?? []) {
+    if (Array.isArray(h.routes)) for (const sub of h.routes as RouteJson[]) upstreamsOf(sub, dials);
     const ups = h.upstreams;
     if (!Array.isArray(ups)) continue;
     for (const u of ups as { dial?: unknown }[]) if (typeof u.dial === "string") dials.push(u.dial);

@@ -1,11 +1,13 @@
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import type { CaddyRoutes, RoutesState } from "./caddy-routes.js";
-import { type Op, type Plan, plan, type RouteJson } from "./plan.js";
+import { type Op, type Plan, plan, type Refusal, type RouteJson } from "./plan.js";
 import { sameRoute } from "./streams.js";
 
 export type WriteFailure =
   | { kind: "exists" | "not_found" }
+  /** Another route (`owner`, its @id or null) serves `host`. */
+  | { kind: "host_taken"; host: string; owner: string | null }
   /** Caddy could not be reached; nothing was changed. */
   | { kind: "unavailable"; message: string }
   /** Caddy refused the new config and kept the old one. */
@@ -221,13 +223,17 @@ function answer<C extends WriterChange>(pending: Pending<C>, r: Answer): void {
   pending.answer({ ...r, batchSize: pending.batchSize });
 }
 
+/** A planned 404/409 as the change's failure. */
+const refusal = (r: Refusal): WriteFailure =>
+  r.reason === "host_taken" ? { kind: "host_taken", host: r.host, owner: r.owner } : { kind: r.reason };
+
 /** Every change gets its planned outcome. */
 function settle<C extends WriterChange>(live: Pending<C>[], p: Plan): void {
   live.forEach((pending, i) => {
     const o = p.outcomes[i];
     if (!o) return;
     if (o.ok) answer(pending, { ok: true, previous: o.previous, route: o.route });
-    else answer(pending, { ok: false, previous: null, failure: { kind: o.reason } });
+    else answer(pending, { ok: false, previous: null, failure: refusal(o) });
   });
 }
 
@@ -237,7 +243,7 @@ function failApplied<C extends WriterChange>(live: Pending<C>[], p: Plan, failur
     const o = p.outcomes[i];
     if (!o) return;
     if (o.ok) answer(pending, { ok: false, previous: o.previous, failure });
-    else answer(pending, { ok: false, previous: null, failure: { kind: o.reason } });
+    else answer(pending, { ok: false, previous: null, failure: refusal(o) });
   });
 }
 

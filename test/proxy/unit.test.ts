@@ -18,6 +18,14 @@ function insertionIndex(routes: readonly RouteJson[], route: RouteJson): number 
   return i === -1 ? routes.length : i;
 }
 
+/** Whether a route with another @id serves one of `route`'s exact (non-wildcard) hosts, compared in lowercase. */
+function takenHost(routes: readonly RouteJson[], route: RouteJson): boolean {
+  const exact = (r: RouteJson) =>
+    (r.match?.flatMap((m) => m.host ?? []) ?? []).filter((h) => !h.includes("*")).map((h) => h.toLowerCase());
+  const mine = new Set(exact(route));
+  return routes.some((r) => r["@id"] !== route["@id"] && exact(r).some((h) => mine.has(h)));
+}
+
 /** Where the plan puts `route`, created among `routes`. */
 const placed = (routes: RouteJson[], route: RouteJson & { "@id": string }) =>
   plan(routes, [{ kind: "create", route }], new Set()).applied[0]?.at;
@@ -77,15 +85,19 @@ test("plan places and finds routes as one route-by-route scan would, duplicates,
           outcomes.push("not_found");
           continue;
         }
-        if (op.kind === "delete") routes.splice(at, 1);
-        else routes[at] = op.route;
-      } else if (at !== -1) {
-        if (op.kind === "create") {
-          outcomes.push("exists");
-          continue;
-        }
-        routes[at] = op.route;
-      } else routes.splice(insertionIndex(routes, op.route), 0, op.route);
+      }
+      if (op.kind === "create" && at !== -1) {
+        outcomes.push("exists");
+        continue;
+      }
+      // A host belongs to one route: another route serving one of the exact hosts refuses a create or replace.
+      if (op.kind !== "delete" && op.kind !== "put" && takenHost(routes, op.route)) {
+        outcomes.push("host_taken");
+        continue;
+      }
+      if (op.kind === "delete") routes.splice(at, 1);
+      else if (at !== -1) routes[at] = op.route;
+      else routes.splice(insertionIndex(routes, op.route), 0, op.route);
       outcomes.push("ok");
     }
     return { routes, outcomes };
