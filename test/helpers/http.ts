@@ -4,7 +4,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { join, normalize } from "node:path";
 
-type After = { after: (fn: () => unknown) => void };
+export type After = { after: (fn: () => unknown) => void };
 
 /** Closes `server` (and its open connections) when the test ends. */
 export function closeAfter(t: After, server: http.Server): void {
