@@ -8,6 +8,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import { join } from "node:path";
 import { projectRoot } from "../src/paths.js";
+import { buildRoute } from "../src/proxy/build-route.js";
 import { fetchedCaddyBinary } from "../src/proxy/settings.js";
 import { freePort, httpRequest } from "../support/loopback.js";
 import { metricSample } from "../support/prometheus.js";
@@ -50,6 +51,27 @@ export const routeJson = (id: string, dial = UPSTREAM, streamCloseDelay?: string
   terminal: true,
 });
 export const writeBody = (id: string) => ({ domain: id, upstreams: [{ dial: UPSTREAM }] });
+
+/** A real bcrypt hash (cost 10) of "bench", made with `caddy hash-password`. */
+const BENCH_HASH = "$2a$10$mLYMPrGOQ3gcY9TIq4SD6OmFgaI.1ZLulA6eqLdOYWB2h8sbWY5Fu";
+
+/** A write request with site policies, as a platform's customer site might carry them. */
+export const policyBody = (id: string) => ({
+  ...writeBody(id),
+  redirect_from: [`www.${id}`],
+  paths: [{ prefix: "/api", upstreams: [{ dial: UPSTREAM }], strip_prefix: true }],
+  basic_auth: { users: [{ username: "bench", password_hash: BENCH_HASH }] },
+  headers: {
+    response: { set: { "Strict-Transport-Security": "max-age=31536000" }, delete: ["X-Powered-By"] },
+  },
+  encode: ["zstd", "gzip"] as ("zstd" | "gzip")[],
+});
+
+/** The benchmark's routes: every tenth (`i` a multiple of 10) carries site policies. */
+export const benchBody = (id: string, i: number) => (i % 10 === 0 ? policyBody(id) : writeBody(id));
+
+/** The route the agent writes for `benchBody(id, i)` (without `stream_close_delay`), for raw clients. */
+export const benchRoute = (id: string, i: number) => buildRoute(benchBody(id, i)).route;
 
 export async function timed(fn: () => Promise<unknown>): Promise<number> {
   const t0 = process.hrtime.bigint();

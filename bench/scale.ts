@@ -8,15 +8,15 @@
 import {
   type BenchAgent,
   type BenchCaddy,
+  benchBody,
+  benchRoute,
   call,
   expect,
   type Row,
-  routeJson,
   routesPath,
   row,
   rssMb,
   timed,
-  writeBody,
 } from "./harness.js";
 
 export interface ScaleTargets {
@@ -61,7 +61,8 @@ export async function scale(
   const bulk: Record<string, number> = {};
 
   // Load the routes with one raw write (the fastest way there), then measure at that size.
-  const base = Array.from({ length: size }, (_, i) => routeJson(`load${i}.s${size}.bench.test`));
+  // A tenth of the routes carry site policies (redirect host, path, basic auth, headers, compression).
+  const base = Array.from({ length: size }, (_, i) => benchRoute(`load${i}.s${size}.bench.test`, i));
   expect(await raw("PATCH", routesPath, base), 200, "load routes (raw)");
   expect(await direct("PATCH", routesPath, base), 200, "load routes (agent)");
   // Warm both paths once.
@@ -80,14 +81,16 @@ export async function scale(
     // Interleaved, so drift in the machine's load hits both sides alike.
     ca.push(
       await timed(async () =>
-        expect(await agent.call("POST", "/v1/proxy/routes", writeBody(a)), 201, "agent create"),
+        expect(await agent.call("POST", "/v1/proxy/routes", benchBody(a, i)), 201, "agent create"),
       ),
     );
-    cr.push(await timed(async () => expect(await raw("POST", routesPath, routeJson(r)), 200, "raw create")));
+    cr.push(
+      await timed(async () => expect(await raw("POST", routesPath, benchRoute(r, i)), 200, "raw create")),
+    );
     ra.push(
       await timed(async () =>
         expect(
-          await agent.call("PUT", `/v1/proxy/routes/${a}`, { ...writeBody(a), terminal: false }),
+          await agent.call("PUT", `/v1/proxy/routes/${a}`, { ...benchBody(a, i), terminal: false }),
           200,
           "agent replace",
         ),
@@ -122,9 +125,9 @@ export async function scale(
     const ids = Array.from({ length: 100 }, (_, i) => `burst${i}.${tag}.bench.test`);
     const agentCreate = await timed(() =>
       Promise.all(
-        ids.map(async (id) =>
+        ids.map(async (id, i) =>
           expect(
-            await agent.call("POST", "/v1/proxy/routes", writeBody(`a-${id}`)),
+            await agent.call("POST", "/v1/proxy/routes", benchBody(`a-${id}`, i)),
             201,
             "agent burst create",
           ),
@@ -144,8 +147,8 @@ export async function scale(
     const rawCreate =
       scaleUp *
       (await timed(async () => {
-        for (const id of seq)
-          expect(await raw("POST", routesPath, routeJson(`r-${id}`)), 200, "raw sequential create");
+        for (const [i, id] of seq.entries())
+          expect(await raw("POST", routesPath, benchRoute(`r-${id}`, i)), 200, "raw sequential create");
       }));
     const rawDelete =
       scaleUp *

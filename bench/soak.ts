@@ -8,10 +8,10 @@ import http from "node:http";
 import {
   type BenchAgent,
   type BenchCaddy,
+  benchRoute,
   call,
   drainGet,
   expect,
-  routeJson,
   routesPath,
   rssMb,
   writeBody,
@@ -41,7 +41,7 @@ export async function soak(
   agentsCaddy: BenchCaddy,
   opts: { seconds: number; warmupSeconds: number; clients: number; routes: number },
 ): Promise<SoakResult> {
-  const base = Array.from({ length: opts.routes }, (_, i) => routeJson(`soak${i}.bench.test`));
+  const base = Array.from({ length: opts.routes }, (_, i) => benchRoute(`soak${i}.bench.test`, i));
   expect(await call(agentsCaddy.adminPort, "PATCH", routesPath, base), 200, "load routes (soak)");
   const pid = agent.child.pid as number;
   // Keep-alive, as a platform's client would: the agent's own per-connection state is part of the soak.
