@@ -34,7 +34,7 @@ export const RouteMatchSchema = Type.Object(
     $id: "RouteMatch",
     title: "RouteMatch",
     description:
-      "A Caddy matcher set. Routes written by the agent use `host` alone; other routes may carry any Caddy matcher.",
+      "A Caddy matcher set. Routes written by the agent use `host` alone (the domain, then the `redirect_from` hosts); other routes may carry any Caddy matcher.",
   },
 );
 
@@ -49,7 +49,7 @@ export const RouteHandleSchema = Type.Object(
     $id: "RouteHandle",
     title: "RouteHandle",
     description:
-      "A Caddy handler. Routes written by the agent hold one `reverse_proxy` handler with `upstreams` (`[{dial}]`) and `load_balancing.selection_policy` (`{policy: first}` or `{policy: weighted_round_robin, weights: [...]}`), and `stream_close_delay` (a Caddy duration such as `2m`) unless that setting is 0.",
+      "A Caddy handler. Routes written by the agent hold one `reverse_proxy` handler with `upstreams` (`[{dial}]`) and `load_balancing.selection_policy` (`{policy: first}` or `{policy: weighted_round_robin, weights: [...]}`), and `stream_close_delay` (a Caddy duration such as `2m`) unless that setting is 0. A route with site policies holds one `subroute` handler instead, whose routes hold the policies and every `reverse_proxy` (docs/api/proxy-routes.md, Site policies).",
   },
 );
 

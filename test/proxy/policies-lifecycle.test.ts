@@ -126,6 +126,19 @@ test("a host belongs to one route: a domain or redirect_from host another route 
   assert.equal((await call({ method: "DELETE", url: "/v1/proxy/routes/a.test" })).statusCode, 204);
   res = await post(body("www.a.test"));
   assert.equal(res.statusCode, 201, res.body);
+
+  // Putting back the deleted a.test would take www.a.test from its route now: a restore conflict.
+  const changes = (await call({ method: "GET", url: "/v1/proxy/routes/a.test/history" })).json().changes;
+  const routes = (await call({ method: "GET", url: "/v1/proxy/routes" })).body;
+  res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes/a.test/restore",
+    payload: { change_id: changes[0].change_id },
+  });
+  assert.equal(res.statusCode, 409, res.body);
+  assert.equal(res.json().code, "restore_conflict");
+  assert.match(res.json().detail, /serves host www\.a\.test, which route www\.a\.test serves now/);
+  assert.equal((await call({ method: "GET", url: "/v1/proxy/routes" })).body, routes);
 });
 
 test("backups, history and restore carry the policies: a restore puts back the site that was there, traffic included", async (t) => {

@@ -269,3 +269,33 @@ test("encode: answers are compressed with the encoding the client accepts, in th
   assert.equal(plain.headers["content-encoding"], undefined);
   assert.equal(plain.body.toString(), text);
 });
+
+test("order inside a route: allow_ips before basic_auth before the maintenance page; Caddy's own 403 and 401 carry no header changes", async (t) => {
+  const { caddy, call } = await setup(t);
+  const up = await recordingUpstream(t, "x");
+  const res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: {
+      domain: "order.test",
+      upstreams: dial(up.port),
+      allow_ips: ["127.0.0.1"],
+      basic_auth: { realm: "R", users: [{ username: "u", password_hash: bcryptHash("p") }] },
+      maintenance: { body: "later" },
+      headers: { response: { set: { "X-Site": "order" } } },
+    },
+  });
+  assert.equal(res.statusCode, 201, res.body);
+  const outside = await send(caddy.httpPort, "order.test", { from: "127.0.0.2", headers: basic("u", "p") });
+  assert.equal(outside.status, 403);
+  assert.equal(outside.headers["x-site"], undefined);
+  const anonymous = await send(caddy.httpPort, "order.test");
+  assert.equal(anonymous.status, 401);
+  assert.equal(anonymous.headers["www-authenticate"], 'Basic realm="R"');
+  assert.equal(anonymous.headers["x-site"], undefined);
+  const signedIn = await send(caddy.httpPort, "order.test", { headers: basic("u", "p") });
+  assert.equal(signedIn.status, 503);
+  assert.equal(signedIn.body.toString(), "later");
+  assert.equal(signedIn.headers["x-site"], "order");
+  assert.equal(up.seen.length, 0);
+});
