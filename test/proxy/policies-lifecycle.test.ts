@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { canonicalJson } from "../../src/util/canonical-json.js";
+import { connectWs, startEchoServer } from "../../support/websocket.js";
 import { startReceiver } from "../helpers/http.js";
 import { basic, bcryptHash, recordingUpstream, send } from "./policy-support.js";
 import { setup } from "./support.js";
@@ -188,4 +189,35 @@ test("backups, history and restore carry the policies: a restore puts back the s
   assert.equal(r.headers["x-v"], "one");
   assert.equal((await send(caddy.httpPort, "www.r.test")).status, 308);
   assert.equal((await send(caddy.httpPort, "r.test")).status, 401);
+});
+
+test("a websocket through a path of a route with policies keeps echoing while other routes with policies change", {
+  timeout: 120_000,
+}, async (t) => {
+  const { caddy, call, up } = await setup(t);
+  const echo = await startEchoServer();
+  t.after(() => echo.close());
+  const site = (domain: string) => ({
+    domain,
+    upstreams: dial(up.port),
+    paths: [{ prefix: "/ws", upstreams: dial(echo.port), strip_prefix: true }],
+    headers: { request: { set: { "X-Via": "policy" } }, response: { delete: ["X-Powered-By"] } },
+    encode: ["gzip"],
+  });
+  let res = await call({ method: "POST", url: "/v1/proxy/routes", payload: site("ws.test") });
+  assert.equal(res.statusCode, 201, res.body);
+  const stream = await connectWs(caddy.httpPort, "ws.test", "/ws/chat");
+  t.after(() => stream.close());
+  assert.equal(await stream.echo("before"), "before");
+  const changes: [string, string, unknown?][] = [
+    ["POST", "/v1/proxy/routes", { ...site("other.test"), redirect_from: ["www.other.test"] }],
+    ["PUT", "/v1/proxy/routes/other.test", { ...site("other.test"), maintenance: {} }],
+    ["DELETE", "/v1/proxy/routes/other.test"],
+  ];
+  for (const [method, url, payload] of changes) {
+    res = await call({ method: method as "POST", url, ...(payload === undefined ? {} : { payload }) });
+    assert.ok(res.statusCode < 300, `${method} ${url}: ${res.body}`);
+    assert.equal(await stream.echo(`after ${method}`), `after ${method}`);
+  }
+  assert.ok(stream.isOpen());
 });
