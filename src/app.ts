@@ -52,7 +52,10 @@ export interface AppOptions {
   logger: Logger;
   /** The agent's own Caddy, started and supervised by server.ts; undefined with HOSTKEEPER_CADDY_ADMIN. */
   embeddedCaddy?: SupervisedCaddy;
-  /** The clock of token expiry, rate limits and the audit trail; tests pass one they control. */
+  /**
+   * The clock of token expiry, rate limits, the audit trail and maintenance windows; tests pass one they
+   * control (production reads the host's).
+   */
   now?: () => number;
   /** Makes the HTTP(S) server (server.ts: TLS and allowed addresses); default Fastify's own HTTP server. */
   serverFactory?: FastifyServerFactory;
@@ -100,7 +103,7 @@ export async function buildApp({
   ]);
   const access = buildAccess(config, db, logger, now);
   const app = createFastify(config.agent, access.access.check, logger, serverFactory);
-  const areas = buildAreas(config, db, logger, { address: caddyAddress, embedded: embeddedCaddy });
+  const areas = buildAreas(config, db, logger, { address: caddyAddress, embedded: embeddedCaddy }, now);
   const { outbox, routes, writer, caddyAdmin, operator, metrics } = areas;
   const { tokens, audit } = access;
   app.decorate("services", { db, outbox, routes, writer, caddyAdmin, operator, metrics, tokens, audit });
@@ -137,7 +140,7 @@ function registerRoutes(app: App, areas: Areas, { audit, tokens }: Access) {
   // Any valid token may read the document: it says what exists, not what the token may do with it.
   app.get("/v1/openapi.json", { schema: { hide: true }, config: { scopes: [] } }, async () => app.swagger());
   registerProxyRoutes(app, areas.routes, areas.deny);
-  registerSystemRoutes(app, areas.system, areas.deny);
+  registerSystemRoutes(app, areas.system, areas.schedule, areas.deny);
   registerOperatorRoutes(app, areas.operator, areas.deny);
   registerEventRoutes(app, areas.outbox);
   registerMetricsRoutes(app, areas.metrics);

@@ -7,6 +7,7 @@ import { configCommands } from "./config.js";
 import { operatorCommands } from "./operator.js";
 import { print } from "./output.js";
 import { routesCommands } from "./routes.js";
+import { scheduleCommands } from "./schedule.js";
 import { statusCommands } from "./status.js";
 import { tokenCommands } from "./token.js";
 import { updatesCommands } from "./updates.js";
@@ -33,6 +34,7 @@ const commands: Command[] = [
   ...statusCommands,
   ...routesCommands,
   ...updatesCommands,
+  ...scheduleCommands,
   ...operatorCommands,
   ...configCommands,
   ...tokenCommands,
@@ -41,6 +43,7 @@ const commands: Command[] = [
 const groups: Record<string, string> = {
   routes: "Reverse-proxy routes in Caddy, through the agent's API.",
   updates: "System package updates: check, and the history of applies (applying is API-only).",
+  schedule: "The maintenance schedule: the windows the agent applies updates in on its own.",
   operator: "The operator's running instance and its updates.",
   config: "The agent's configuration.",
   token: "The agent's API tokens: show the agent's own, rotate one.",

@@ -14,6 +14,7 @@ import { RouteWriter } from "../proxy/writer.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
 import { generateWebhookSecret, loadOrCreateSecret } from "../store/secrets.js";
+import { ScheduleService } from "../system/schedule.js";
 import { createPackageManager } from "../system/select.js";
 import { SystemService } from "../system/service.js";
 
@@ -26,6 +27,7 @@ export interface Areas {
   writer: RouteWriter<RecordedChange>;
   routes: RouteService;
   system: SystemService;
+  schedule: ScheduleService;
   operator: OperatorService;
   health: HealthService;
 }
@@ -39,6 +41,7 @@ export function buildAreas(
   db: Db,
   logger: Logger,
   caddy: { address: CaddyAdminAddress; embedded: SupervisedCaddy | undefined },
+  now: () => number,
 ): Areas {
   const { agent, events, proxy } = config;
   const { address: caddyAddress, embedded: embeddedCaddy } = caddy;
@@ -58,6 +61,7 @@ export function buildAreas(
   const caddyAdmin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs, metrics);
   const { writer, routes } = buildRoutes(config, db, logger, { metrics, outbox, caddyAdmin });
   const system = buildSystem(config, db, logger, { metrics, outbox });
+  const schedule = new ScheduleService({ db, system, now, log: logger.child({ component: "schedule" }) });
   const operator = new OperatorService({
     db,
     metrics,
@@ -77,7 +81,7 @@ export function buildAreas(
     operator,
     outbox,
   });
-  return { metrics, deny, outbox, caddyAdmin, writer, routes, system, operator, health };
+  return { metrics, deny, outbox, caddyAdmin, writer, routes, system, schedule, operator, health };
 }
 
 interface Shared {

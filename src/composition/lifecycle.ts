@@ -9,7 +9,7 @@ import type { Areas } from "./areas.js";
 /**
  * What starts once the app is ready and stops when it closes, in order: Caddy brought in line with the
  * connection settings, the boot recorded, tokens watched, the audit trail pruned hourly, callbacks sent,
- * the operator's instances adopted; at close the reverse, the database last.
+ * maintenance windows run, the operator's instances adopted; at close the reverse, the database last.
  */
 export function manageLifecycle(
   app: App,
@@ -35,12 +35,14 @@ export function manageLifecycle(
     pruneTimer = setInterval(pruneAudit, 3_600_000);
     pruneTimer.unref();
     areas.outbox.start();
+    areas.schedule.start();
     areas.operator.start();
   });
   app.addHook("onClose", async () => {
     tokens.close();
     clearInterval(pruneTimer);
     await areas.operator.close();
+    areas.schedule.close();
     // A change's records are finished after its answer; let the writer get there before the database closes.
     await settledWithin(areas.writer.whenIdle(), 5000);
     await areas.outbox.close();

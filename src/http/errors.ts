@@ -19,6 +19,7 @@ export const problemCodes = {
   event_not_found: { status: 404, title: "Event not found" },
   update_not_found: { status: 404, title: "Update process not found" },
   apply_not_found: { status: 404, title: "Apply not found" },
+  schedule_not_found: { status: 404, title: "No maintenance schedule is set" },
   token_not_found: { status: 404, title: "Token not found" },
   method_not_allowed: { status: 405, title: "Method not allowed" },
   route_exists: { status: 409, title: "Route already exists" },

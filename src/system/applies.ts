@@ -25,7 +25,11 @@ export interface ApplyRow {
   reboot: string | null;
   reboot_at: string | null;
   updated_at: string | null;
+  trigger: ApplyTrigger;
 }
+
+/** What started an apply: a request to the API, or a maintenance window's slot. */
+export type ApplyTrigger = "api" | "schedule";
 
 export type StoredResult = ApplyChanges & {
   reboot_required: boolean;
@@ -101,9 +105,9 @@ export class ApplyStore {
   ) {
     this.insertStmt = db.prepare(
       `INSERT INTO system_applies (request_id, requested_by, update_type, auto_reboot, package_manager, started_at,
-         outcome, state, callback_url, updated_at)
+         outcome, state, callback_url, updated_at, trigger)
        VALUES (@request_id, @requested_by, @update_type, @auto_reboot, @package_manager, @at, 'running', 'queued',
-         @callback_url, @at)`,
+         @callback_url, @at, @trigger)`,
     );
     this.byIdStmt = db.prepare("SELECT * FROM system_applies WHERE id = ?");
     this.latestStmt = db.prepare("SELECT * FROM system_applies ORDER BY id DESC LIMIT ?");
@@ -123,6 +127,7 @@ export class ApplyStore {
     package_manager: string;
     callback_url: string | null;
     at: string;
+    trigger: ApplyTrigger;
   }): number {
     let id = 0;
     this.db.transaction(() => {
@@ -198,6 +203,7 @@ export class ApplyStore {
     return {
       id: row.id,
       state: row.state,
+      trigger: row.trigger,
       update_type: row.update_type,
       auto_reboot: row.auto_reboot === 1,
       package_manager: row.package_manager,
@@ -230,6 +236,7 @@ export class ApplyStore {
     return (this.latestStmt.all(limit) as ApplyRow[]).map((r) => ({
       id: r.id,
       state: r.state,
+      trigger: r.trigger,
       request_id: r.request_id,
       requested_by: JSON.parse(r.requested_by) as ApplyRecord["requested_by"],
       update_type: r.update_type,

@@ -18,6 +18,15 @@ type ApplyError = ApplyStatus["error"];
 /** What an apply that ran to its end records and answers. */
 type Installed = StoredResult & { services_restart_required: string[] | null };
 
+/**
+ * The reboot a scheduled apply may end with: when one is required, or `always`; either only when the reboot
+ * command would run before `by` (ms since the epoch, the end of the apply's window).
+ */
+export interface RebootWindow {
+  always: boolean;
+  by: number;
+}
+
 /** What the client sees of an error that is not the system area's own; its message stays in the log. */
 const UNEXPECTED: ApplyError = {
   code: "internal_error",
@@ -44,12 +53,14 @@ export class ApplyRun {
   /**
    * Runs apply `id` (recorded `queued`) and records how it ended. A failure of the package manager is
    * thrown as an `ApplyFailedError` carrying the apply's id. After `close`, an apply that fails is left
-   * as it is: the next start records it as interrupted.
+   * as it is: the next start records it as interrupted. With `window`, its reboot follows that rule instead
+   * of `auto_reboot`'s.
    */
-  async run(id: number): Promise<ApplyResult> {
+  async run(id: number, window?: RebootWindow): Promise<ApplyResult> {
     const row = this.o.store.get(id);
     try {
-      const result = await this.o.lock.run(() => this.install(row));
+      const installed = await this.o.lock.run(() => this.install(row));
+      const result = window === undefined ? installed : this.rebootInWindow(row, installed, window);
       return {
         id,
         update_type: row.update_type,
@@ -67,6 +78,17 @@ export class ApplyRun {
       this.finish(row, "failed", { code: err.code, detail: err.message }, null);
       throw new ApplyFailedError(id, err);
     }
+  }
+
+  private rebootInWindow(row: ApplyRow, installed: Installed, window: RebootWindow): Installed {
+    const wanted = (window.always || installed.reboot_required) && !this.closed;
+    const inTime = this.o.reboots.dueBefore(window.by);
+    if (wanted && !inTime)
+      this.o.log.warn(
+        { apply_id: row.id, window_end: new Date(window.by).toISOString() },
+        `apply ${row.id}: no reboot, as it would come after the end of the maintenance window`,
+      );
+    return { ...installed, reboot_scheduled: wanted && inTime };
   }
 
   /** Stops recording progress; applies still under way are left to the next start. */

@@ -28,6 +28,11 @@ export const ApplyUpdatesRequestSchema = Type.Object(
   { additionalProperties: false, $id: "ApplyUpdatesRequest", title: "ApplyUpdatesRequest" },
 );
 
+export const ApplyTriggerSchema = StringEnum(["api", "schedule"], {
+  description:
+    "What started the apply: `api`, a call of apply-updates; `schedule`, a slot of the maintenance schedule (`GET /v1/system/schedule`).",
+});
+
 export const APPLY_STATES = [
   "queued",
   "downloading",
@@ -151,6 +156,7 @@ export const ApplyStatusSchema = Type.Object(
       description:
         "`queued` (waiting for the package manager), `downloading` (refreshing the lists, fetching packages), `installing`, then `completed` or `failed`; `interrupted`: the agent stopped during the apply. When a reboot follows: `reboot_scheduled`, `rebooting` (the reboot command ran), `back_online` (the agent started in a new boot).",
     }),
+    trigger: ApplyTriggerSchema,
     update_type: StringEnum(["security", "full"]),
     auto_reboot: Type.Boolean(),
     package_manager: PackageManagerName,

@@ -71,6 +71,16 @@ export class ApplyNotFoundError extends Error {
   }
 }
 
+/** No maintenance schedule is set. */
+export class ScheduleNotFoundError extends Error {
+  readonly code = "schedule_not_found";
+
+  constructor() {
+    super("no maintenance schedule is set (PUT /v1/system/schedule sets one)");
+    this.name = "ScheduleNotFoundError";
+  }
+}
+
 export type SystemError = CommandError | PackageManagerBusyError;
 
 export const isSystemError = (err: unknown): err is SystemError =>

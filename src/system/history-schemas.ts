@@ -1,13 +1,15 @@
 import { Type } from "@sinclair/typebox";
 import { RefTo, StringEnum } from "../util/typebox.js";
-import { APPLY_STATES, Changes, ServicesRestart } from "./apply-schemas.js";
+import { APPLY_STATES, ApplyTriggerSchema, Changes, ServicesRestart } from "./apply-schemas.js";
 import { PackageManagerName } from "./check-schemas.js";
 
 /* The schemas of the apply history: who asked for each apply, and how it ended. */
 
 export const RequesterSchema = Type.Object(
   {
-    remote_address: Type.String({ description: "Address the request came from." }),
+    remote_address: Type.String({
+      description: "Address the request came from; `local` for a scheduled apply, which the agent started.",
+    }),
     user_agent: Type.Union([Type.String(), Type.Null()]),
   },
   { additionalProperties: false },
@@ -18,9 +20,10 @@ export const ApplyRecordSchema = Type.Object(
     id: Type.Integer(),
     request_id: Type.String({
       description:
-        "The request's `x-request-id` header when it had a usable one (1-128 characters of `A-Z a-z 0-9 . _ : / + = @ -`), else the id the agent generated for the request.",
+        "The request's `x-request-id` header when it had a usable one (1-128 characters of `A-Z a-z 0-9 . _ : / + = @ -`), else the id the agent generated for the request; for a scheduled apply, `schedule:` and its slot's start.",
     }),
     requested_by: RequesterSchema,
+    trigger: ApplyTriggerSchema,
     update_type: StringEnum(["security", "full"]),
     auto_reboot: Type.Boolean(),
     package_manager: PackageManagerName,

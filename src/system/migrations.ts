@@ -64,4 +64,25 @@ export const systemMigrations: Migration[] = [
         planned_apply_id INTEGER
       );`,
   },
+  {
+    // Maintenance windows: the schedule (one), its slots' runs, and what started each apply (rows before it
+    // were all started through the API).
+    name: "system.004_schedule",
+    sql: `
+      ALTER TABLE system_applies ADD COLUMN trigger TEXT NOT NULL DEFAULT 'api'
+        CHECK (trigger IN ('api', 'schedule'));
+      CREATE TABLE system_schedule (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        schedule TEXT NOT NULL,
+        set_at TEXT NOT NULL
+      );
+      CREATE TABLE system_schedule_runs (
+        slot_start TEXT PRIMARY KEY,
+        state TEXT NOT NULL
+          CHECK (state IN ('running', 'completed', 'failed', 'interrupted', 'missed', 'refused')),
+        apply_id INTEGER REFERENCES system_applies (id),
+        reason TEXT,
+        recorded_at TEXT NOT NULL
+      );`,
+  },
 ];

@@ -5,6 +5,7 @@ import {
   type CommandError,
   isSystemError,
   PackageManagerBusyError,
+  ScheduleNotFoundError,
   type SystemError,
 } from "./errors.js";
 
@@ -33,6 +34,8 @@ function problemOf(err: SystemError, extra: Record<string, unknown>): ApiError {
  */
 export function systemProblem(err: unknown): ApiError | undefined {
   if (err instanceof ApplyNotFoundError) return new ApiError("apply_not_found", err.message, { cause: err });
+  if (err instanceof ScheduleNotFoundError)
+    return new ApiError("schedule_not_found", err.message, { cause: err });
   if (err instanceof ApplyFailedError)
     return isSystemError(err.cause) ? problemOf(err.cause, { apply_id: err.applyId }) : undefined;
   return isSystemError(err) ? problemOf(err, {}) : undefined;

@@ -142,6 +142,11 @@ export class Reboots {
     };
   }
 
+  /** Whether a reboot scheduled now would run before `by` (ms since the epoch). */
+  dueBefore(by: number): boolean {
+    return Date.now() + this.o.delayMs < by;
+  }
+
   /** What an apply that schedules a reboot now records: when the reboot is due, and the boot it leaves. */
   plan(): { reboot_at: string; reboot: RebootReport } {
     const boot = currentBoot(this.o.boot);

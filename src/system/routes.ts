@@ -1,6 +1,6 @@
 import type { DenyList } from "../events/egress.js";
 import { callbackUrlError } from "../http/callback-url.js";
-import { validationFailed } from "../http/errors.js";
+import { bodyFieldErrors, type FieldError, validationFailed } from "../http/errors.js";
 import { parsePrefer, preferredWaitSeconds } from "../http/prefer.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
@@ -14,6 +14,8 @@ import {
 } from "./apply-schemas.js";
 import { DownloadResultSchema, DownloadUpdatesRequestSchema, SystemStatusSchema } from "./check-schemas.js";
 import { ApplyHistoryQuerySchema, ApplyHistorySchema } from "./history-schemas.js";
+import { type ScheduleService, scheduleIssues } from "./schedule.js";
+import { ScheduleRequestSchema, ScheduleSchema } from "./schedule-schemas.js";
 import { systemSharedSchemas } from "./schemas.js";
 import type { SystemService } from "./service.js";
 
@@ -106,7 +108,50 @@ const listApplyHistory = {
   },
 };
 
-export function registerSystemRoutes(app: App, service: SystemService, deny: DenyList): void {
+const scheduleWindows =
+  'Each window opens on its `days` at its local `start` in `timezone` and stays open `duration_minutes`; each opening is a slot, in which the agent applies at most once (an ordinary apply with `trigger: "schedule"`, in the apply history, taking the same lock, its events sent to `callback_url`).';
+
+const getSchedule = {
+  tags: ["system"],
+  operationId: "getSchedule",
+  summary: "Get the maintenance schedule",
+  description: `${scheduleWindows} The answer adds \`next_run_at\` and the last 50 slots' \`runs\`.`,
+  response: {
+    200: jsonContent(RefTo(ScheduleSchema), "The schedule, its next run and its last runs."),
+    ...problemResponses("schedule_not_found"),
+  },
+};
+
+const putSchedule = {
+  tags: ["system"],
+  operationId: "setSchedule",
+  summary: "Set the maintenance schedule",
+  description: `Sets or replaces the one schedule. ${scheduleWindows} A slot open when the schedule is set, and one whose start passed while the agent was down, runs when the agent sees it open; a slot that closed while the agent was down is recorded \`missed\`. A slot is known by its start: one with a run record never runs again, whatever schedule is set later.`,
+  body: RefTo(ScheduleRequestSchema),
+  response: {
+    200: jsonContent(RefTo(ScheduleSchema), "The schedule as set, with its next run."),
+    ...problemResponses("validation_failed", "malformed_body", "payload_too_large", "unsupported_media_type"),
+  },
+};
+
+const deleteSchedule = {
+  tags: ["system"],
+  operationId: "deleteSchedule",
+  summary: "Remove the maintenance schedule",
+  description:
+    "No slot starts after this; an apply under way goes on. The run records stay, and a schedule set later shows them.",
+  response: {
+    204: { type: "null", description: "Removed." },
+    ...problemResponses("schedule_not_found"),
+  },
+};
+
+export function registerSystemRoutes(
+  app: App,
+  service: SystemService,
+  schedule: ScheduleService,
+  deny: DenyList,
+): void {
   for (const s of systemSharedSchemas) app.addSchema(s);
 
   app.post("/v1/system/check-updates", { schema: checkUpdates }, async () => service.check());
@@ -148,4 +193,21 @@ export function registerSystemRoutes(app: App, service: SystemService, deny: Den
   app.get("/v1/system/apply-history", { schema: listApplyHistory }, async (request) => ({
     applies: service.history(Number(request.query.limit ?? 50)),
   }));
+
+  app.get("/v1/system/schedule", { schema: getSchedule }, async () => schedule.get());
+
+  app.put("/v1/system/schedule", { schema: putSchedule }, async (request) => {
+    // Every bad field in one answer.
+    const errors: FieldError[] = [
+      callbackUrlError(request.body.callback_url, deny),
+      ...bodyFieldErrors(scheduleIssues(request.body)),
+    ].filter((e) => e !== undefined);
+    if (errors.length > 0) throw validationFailed(errors);
+    return schedule.set(request.body);
+  });
+
+  app.delete("/v1/system/schedule", { schema: deleteSchedule }, async (_request, reply) => {
+    schedule.remove();
+    return reply.code(204).send();
+  });
 }

@@ -15,10 +15,17 @@ import {
   SystemStatusSchema,
 } from "./check-schemas.js";
 import { ApplyHistorySchema, ApplyRecordSchema, type RequesterSchema } from "./history-schemas.js";
+import {
+  ScheduleRequestSchema,
+  ScheduleRunSchema,
+  ScheduleSchema,
+  WindowSchema,
+} from "./schedule-schemas.js";
 
 /*
  * The system area's schemas, registered with the app (in this order, the OpenAPI document's), and the
- * request and response types they give. The schemas themselves are in check-, apply- and history-schemas.ts.
+ * request and response types they give. The schemas themselves are in check-, apply-, history- and
+ * schedule-schemas.ts.
  */
 
 export const systemSharedSchemas = [
@@ -34,6 +41,10 @@ export const systemSharedSchemas = [
   ApplyResultSchema,
   ApplyRecordSchema,
   ApplyHistorySchema,
+  WindowSchema,
+  ScheduleRequestSchema,
+  ScheduleRunSchema,
+  ScheduleSchema,
 ];
 
 export type ApplyState = (typeof APPLY_STATES)[number];

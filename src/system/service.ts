@@ -3,8 +3,8 @@ import type { Logger } from "pino";
 import type { Outbox } from "../events/outbox.js";
 import { type Metrics, type PackageOperationOutcome, secondsSince } from "../metrics/metrics.js";
 import type { Db } from "../store/db.js";
-import { ApplyStore } from "./applies.js";
-import { ApplyRun } from "./apply-run.js";
+import { ApplyStore, type ApplyTrigger } from "./applies.js";
+import { ApplyRun, type RebootWindow } from "./apply-run.js";
 import type { BootSources } from "./boot.js";
 import { ApplyFailedError, PackageManagerBusyError } from "./errors.js";
 import { type LastCheck, LastCheckStore } from "./last-check.js";
@@ -41,6 +41,12 @@ export interface SystemServiceOptions {
   env: NodeJS.ProcessEnv;
   log: Logger;
   metrics?: Metrics;
+}
+
+/** What started an apply (default the API), and for a scheduled one the reboot its window allows. */
+export interface ApplyOrigin {
+  trigger?: ApplyTrigger;
+  rebootWindow?: RebootWindow;
 }
 
 /**
@@ -154,7 +160,7 @@ export class SystemService {
 
   /** Applies updates and records the apply; a reboot it schedules starts its delay as it ends. */
   apply(type: UpdateType, autoReboot: boolean, who: Requester, callbackUrl?: string): Promise<ApplyResult> {
-    const id = this.create(type, autoReboot, who, callbackUrl);
+    const id = this.create(type, autoReboot, who, callbackUrl, "api");
     return this.measured("apply", () => this.runs.run(id));
   }
 
@@ -167,11 +173,12 @@ export class SystemService {
     autoReboot: boolean,
     who: Requester,
     callbackUrl?: string,
+    origin: ApplyOrigin = {},
   ): { status: ApplyStatus; done: Promise<void> } {
-    const id = this.create(type, autoReboot, who, callbackUrl);
+    const id = this.create(type, autoReboot, who, callbackUrl, origin.trigger ?? "api");
     // Started on the next turn, so the answer shows the apply `queued`, as it was accepted.
     const job = setImmediate()
-      .then(() => this.measured("apply", () => this.runs.run(id)))
+      .then(() => this.measured("apply", () => this.runs.run(id, origin.rebootWindow)))
       .then(
         () => undefined,
         () => {
@@ -239,6 +246,7 @@ export class SystemService {
     autoReboot: boolean,
     who: Requester,
     callbackUrl: string | undefined,
+    trigger: ApplyTrigger,
   ): number {
     return this.store.create({
       request_id: who.request_id,
@@ -248,6 +256,7 @@ export class SystemService {
       package_manager: this.o.manager.name,
       callback_url: callbackUrl ?? null,
       at: new Date().toISOString(),
+      trigger,
     });
   }
 

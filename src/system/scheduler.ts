@@ -1,0 +1,243 @@
+import type { Logger } from "pino";
+import { KEPT_RUNS, type ScheduleStore, type StoredSchedule } from "./schedule-store.js";
+import type { ApplyStatus } from "./schemas.js";
+import type { SystemService } from "./service.js";
+import { runTime, type Slot, slotsBetween } from "./windows.js";
+
+export interface SchedulerOptions {
+  store: ScheduleStore;
+  system: Pick<SystemService, "startApply" | "status" | "download">;
+  /** The clock the windows are read on (ms since the epoch). */
+  now: () => number;
+  /** A number in [0, 1) for each slot's random delay. */
+  random: () => number;
+  log: Logger;
+}
+
+type Schedule = StoredSchedule["schedule"];
+
+const MINUTE = 60_000;
+const DAY = 86_400_000;
+/** The longest sleep between two looks at the schedule: the wall clock may be set meanwhile. */
+const MAX_SLEEP_MS = 10 * MINUTE;
+/** How far back slots missed while the agent was down are recorded. */
+const LOOKBACK_MS = 366 * DAY;
+
+const INTERRUPTED = "the agent stopped during the run; a slot never runs twice";
+const MISSED = "the agent was not running while the window was open";
+const NO_REBOOT = "no reboot: it would have come after the end of the window";
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/**
+ * Runs the schedule's slots, each at most once: a slot's record is written (`running`) before its apply
+ * starts, so an agent stopped during the run finds it at its next start and reports it `interrupted` instead
+ * of running it again. A slot still open at a look that has no record runs (after its random delay); one
+ * that closed without a record while the agent was down is recorded `missed`.
+ */
+export class Scheduler {
+  private timer: NodeJS.Timeout | undefined;
+  private started = false;
+  private closed = false;
+  /** When each slot planned so far runs (its start plus the random delay drawn for it), by slot start. */
+  private readonly runTimes = new Map<number, number>();
+  /** Slots whose download ahead was started by this process. */
+  private readonly downloads = new Set<number>();
+  /** Slots whose run this process started and has not finished recording. */
+  private readonly running = new Set<number>();
+
+  constructor(private readonly o: SchedulerOptions) {
+    // A run still `running` belongs to an earlier process. Its apply may have ended before that process
+    // stopped (then it is recorded as it ended); otherwise the run was cut short.
+    for (const run of o.store.unfinished()) {
+      const st = run.apply_id === null ? undefined : this.statusOf(run.apply_id);
+      if (st !== undefined && this.finished(run.start, undefined, st)) continue;
+      o.store.update(run.start, { state: "interrupted", reason: INTERRUPTED });
+      o.log.warn({ slot_start: iso(run.start) }, "a scheduled run was interrupted by a stop of the agent");
+    }
+  }
+
+  /** Starts looking at the schedule: at once (a slot open now runs), then whenever something is due. */
+  start(): void {
+    this.started = true;
+    this.wake();
+  }
+
+  /** The schedule was set or removed: the next runs are planned again. */
+  changed(): void {
+    this.runTimes.clear();
+    this.downloads.clear();
+    if (this.started) this.wake();
+  }
+
+  /** Starts nothing more. A run under way is left: its apply is recorded interrupted at the next start. */
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.timer);
+  }
+
+  /** When the next slot without a record runs: its planned time, or its start before it is planned. */
+  nextRunAt(s: Schedule): number | undefined {
+    const now = this.o.now();
+    for (const slot of slotsBetween(s.windows, s.timezone, now, now + 8 * DAY))
+      if (!this.running.has(slot.start) && !this.o.store.has(slot.start))
+        return this.runTimes.get(slot.start) ?? slot.start;
+    return undefined;
+  }
+
+  private wake(): void {
+    clearTimeout(this.timer);
+    if (this.closed) return;
+    let sleep = MAX_SLEEP_MS;
+    try {
+      sleep = this.look();
+    } catch (err) {
+      this.o.log.error({ err }, "the maintenance schedule could not be read; trying again in a minute");
+      sleep = MINUTE;
+    }
+    this.timer = setTimeout(() => this.wake(), Math.max(0, Math.min(sleep, MAX_SLEEP_MS)));
+    this.timer.unref();
+  }
+
+  /** One look: records missed slots, starts the runs and downloads that are due; ms until the next look. */
+  private look(): number {
+    const stored = this.o.store.read();
+    if (stored === undefined) return MAX_SLEEP_MS;
+    const { schedule: s, setAt } = stored;
+    const now = this.o.now();
+    // Every slot over before the newest record was decided by then (recorded, or missed at that look).
+    const from = Math.max(setAt, this.o.store.newestStart() ?? setAt, now - LOOKBACK_MS);
+    const ahead = s.download_ahead_minutes * MINUTE;
+    let sleep = MAX_SLEEP_MS;
+    const missed: Slot[] = [];
+    for (const slot of slotsBetween(s.windows, s.timezone, from, now + ahead + MAX_SLEEP_MS)) {
+      if (this.running.has(slot.start) || this.o.store.has(slot.start)) continue;
+      if (slot.end <= now) {
+        missed.push(slot);
+        continue;
+      }
+      const at = this.runTimeOf(slot, s);
+      if (at <= now) {
+        this.begin(slot, s, now);
+        continue;
+      }
+      sleep = Math.min(sleep, at - now);
+      if (ahead > 0 && !this.downloads.has(slot.start)) {
+        if (slot.start - ahead <= now) this.downloadAhead(slot, s);
+        else sleep = Math.min(sleep, slot.start - ahead - now);
+      }
+    }
+    // Only the newest are kept: after a long stop, recording every older slot would only be pruned again.
+    for (const slot of missed.slice(-KEPT_RUNS)) this.recordMissed(slot, now);
+    for (const start of this.runTimes.keys()) if (start < from) this.runTimes.delete(start);
+    return sleep;
+  }
+
+  private runTimeOf(slot: Slot, s: Schedule): number {
+    let at = this.runTimes.get(slot.start);
+    if (at === undefined) {
+      at = runTime(slot, s.random_delay_minutes, this.o.random());
+      this.runTimes.set(slot.start, at);
+    }
+    return at;
+  }
+
+  private recordMissed(slot: Slot, now: number): void {
+    if (this.o.store.claim(slot.start, "missed", now, MISSED))
+      this.o.log.warn(
+        { slot_start: iso(slot.start), slot_end: iso(slot.end) },
+        "a maintenance window closed while the agent was not running; its slot is recorded as missed",
+      );
+  }
+
+  private downloadAhead(slot: Slot, s: Schedule): void {
+    this.downloads.add(slot.start);
+    this.o.system.download(s.update_type).then(
+      (r) =>
+        this.o.log.info(
+          { slot_start: iso(slot.start), files: r.downloaded.length, bytes: r.bytes },
+          `downloaded ${s.update_type} updates ahead of the maintenance window`,
+        ),
+      (err: unknown) =>
+        this.o.log.warn(
+          { err, slot_start: iso(slot.start) },
+          "the download ahead of the maintenance window failed; the apply downloads what it needs",
+        ),
+    );
+  }
+
+  /** Claims the slot, then runs it; a stop of the agent from the claim on leaves it `interrupted`. */
+  private begin(slot: Slot, s: Schedule, now: number): void {
+    if (!this.o.store.claim(slot.start, "running", now)) return;
+    this.running.add(slot.start);
+    this.run(slot, s)
+      .catch((err: unknown) => {
+        this.o.log.error({ err, slot_start: iso(slot.start) }, "the scheduled run could not be recorded");
+      })
+      .finally(() => this.running.delete(slot.start));
+  }
+
+  private async run(slot: Slot, s: Schedule): Promise<void> {
+    const slotStart = iso(slot.start);
+    let started: { status: ApplyStatus; done: Promise<void> };
+    try {
+      started = await this.o.system.startApply(
+        s.update_type,
+        s.reboot !== "never",
+        { remote_address: "local", user_agent: null, request_id: `schedule:${slotStart}` },
+        s.callback_url ?? undefined,
+        {
+          trigger: "schedule",
+          // The window's end on the clock the reboot is timed with.
+          rebootWindow: { always: s.reboot === "always", by: Date.now() + (slot.end - this.o.now()) },
+        },
+      );
+    } catch (err) {
+      this.refused(slot, err);
+      return;
+    }
+    const id = started.status.id;
+    this.o.store.update(slot.start, { apply_id: id });
+    this.o.log.info({ slot_start: slotStart, apply_id: id }, `maintenance window: apply ${id} started`);
+    await started.done;
+    // The database may be closed by now; the next start records the run from its apply.
+    if (this.closed) return;
+    this.finished(slot.start, s.reboot, this.o.system.status(id));
+  }
+
+  private statusOf(id: number): ApplyStatus | undefined {
+    try {
+      return this.o.system.status(id);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** The apply did not start: a typed refusal says why in its message; anything else is in the log. */
+  private refused(slot: Slot, err: unknown): void {
+    const typed = err instanceof Error && typeof (err as { code?: unknown }).code === "string";
+    const reason = typed ? (err as Error).message : "the agent failed unexpectedly; see its log";
+    this.o.store.update(slot.start, { state: "refused", reason });
+    this.o.log.warn({ err, slot_start: iso(slot.start) }, `the scheduled apply did not start: ${reason}`);
+  }
+
+  /**
+   * Records how the slot's apply ended (false when it has not: it is under way or was interrupted). One that
+   * failed without leaving `queued`, or because the package manager stayed busy, changed nothing: refused.
+   * With the reboot policy, a reboot left out is said.
+   */
+  private finished(start: number, reboot: Schedule["reboot"] | undefined, st: ApplyStatus): boolean {
+    if (st.state === "failed") {
+      const started = st.history.some((h) => h.state !== "queued" && h.state !== "failed");
+      const refused = !started || st.error?.code === "package_manager_busy";
+      this.o.store.update(start, { state: refused ? "refused" : "failed", reason: st.error?.detail ?? null });
+      return true;
+    }
+    if (!["completed", "reboot_scheduled", "rebooting", "back_online"].includes(st.state)) return false;
+    const wanted = reboot === "always" || (reboot === "if_required" && st.reboot_required === true);
+    this.o.store.update(start, {
+      state: "completed",
+      ...(wanted && !st.reboot_scheduled ? { reason: NO_REBOOT } : {}),
+    });
+    return true;
+  }
+}

@@ -1,0 +1,224 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { outboxMigrations } from "../../src/events/store.js";
+import { operatorMigrations } from "../../src/operator/store.js";
+import { proxyMigrations } from "../../src/proxy/store.js";
+import { auditMigrations } from "../../src/store/audit.js";
+import { openDatabase } from "../../src/store/db.js";
+import { systemMigrations } from "../../src/system/migrations.js";
+import { buildTestApp } from "../helpers/app.js";
+
+/*
+ * No package manager may run in this file: its windows never open while it runs, and no request reaches apt.
+ * Should one run all the same, apt reads a configuration whose root is an empty folder of its own (nothing to
+ * upgrade there), and the reboot command does nothing. A missing APT_CONFIG file would NOT do: apt then
+ * reads the host's configuration and works on the host's packages.
+ */
+const guard = mkdtempSync(join(tmpdir(), "hk-noapt-"));
+test.after(() => rmSync(guard, { recursive: true, force: true }));
+writeFileSync(
+  join(guard, "apt.conf"),
+  [
+    `Dir "${guard}/";`,
+    `Dir::State::status "${guard}/status";`,
+    `DPkg::Options { "--root=${guard}"; "--log=${guard}/dpkg.log"; };`,
+    "",
+  ].join("\n"),
+);
+const ENV = {
+  HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
+  HOSTKEEPER_PACKAGE_MANAGER: "apt",
+  HOSTKEEPER_APT_CONFIG: join(guard, "apt.conf"),
+  HOSTKEEPER_REBOOT_COMMAND: "/bin/true",
+  HOSTKEEPER_WEBHOOK_DENY_CIDRS: "10.0.0.0/8",
+};
+
+const MINUTE = 60_000;
+const iso = (ms: number) => new Date(ms).toISOString();
+const WEEKDAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+/** Three hours from now, to the minute (UTC): the windows of this file are never open while it runs. */
+const later = () => Math.floor(Date.now() / MINUTE) * MINUTE + 180 * MINUTE;
+const valid = (opens = later()) => ({
+  windows: [{ days: [...WEEKDAYS], start: iso(opens).slice(11, 16), duration_minutes: 30 }],
+  timezone: "UTC",
+  update_type: "security",
+  reboot: "if_required",
+});
+
+describe("the schedule's endpoints", () => {
+  test("without a schedule, GET and DELETE are 404 schedule_not_found", async (t) => {
+    const { call } = await buildTestApp(t, ENV);
+    for (const method of ["GET", "DELETE"]) {
+      const r = await call({ method, url: "/v1/system/schedule" });
+      assert.equal(r.statusCode, 404, r.body);
+      assert.equal(r.json().code, "schedule_not_found");
+      assert.match(r.headers["content-type"] ?? "", /^application\/problem\+json/);
+    }
+  });
+
+  test("PUT sets the schedule with its defaults and next run, PUT again replaces it, DELETE removes it", async (t) => {
+    const { call } = await buildTestApp(t, ENV);
+    const opens = later();
+    const put = await call({ method: "PUT", url: "/v1/system/schedule", payload: valid(opens) });
+    assert.equal(put.statusCode, 200, put.body);
+    assert.deepEqual(put.json(), {
+      ...valid(opens),
+      download_ahead_minutes: 0,
+      random_delay_minutes: 0,
+      callback_url: null,
+      next_run_at: iso(opens),
+      runs: [],
+    });
+    const got = await call({ method: "GET", url: "/v1/system/schedule" });
+    assert.deepEqual(got.json(), put.json());
+
+    const replaced = {
+      ...valid(opens),
+      timezone: "Europe/Berlin",
+      update_type: "full",
+      reboot: "never",
+      random_delay_minutes: 30,
+      download_ahead_minutes: 10,
+      callback_url: "http://127.0.0.1:9/hook",
+    };
+    const again = await call({ method: "PUT", url: "/v1/system/schedule", payload: replaced });
+    assert.equal(again.statusCode, 200, again.body);
+    const body = again.json();
+    assert.equal(body.timezone, "Europe/Berlin");
+    assert.equal(body.callback_url, "http://127.0.0.1:9/hook");
+    // The same wall-clock time in Berlin, plus a random delay of at most 30 minutes, within the day.
+    const next = Date.parse(body.next_run_at);
+    assert.ok(next > Date.now() && next < Date.now() + 86_400_000, body.next_run_at);
+    assert.equal(
+      (await call({ method: "GET", url: "/v1/system/schedule" })).json().timezone,
+      "Europe/Berlin",
+    );
+
+    const del = await call({ method: "DELETE", url: "/v1/system/schedule" });
+    assert.equal(del.statusCode, 204, del.body);
+    assert.equal(del.body, "");
+    assert.equal((await call({ method: "GET", url: "/v1/system/schedule" })).statusCode, 404);
+  });
+
+  test("each rule answers 400 validation_failed naming the field, and nothing is set", async (t) => {
+    const { call } = await buildTestApp(t, ENV);
+    const base = valid();
+    const window = base.windows[0] as { days: string[]; start: string; duration_minutes: number };
+    const withWindow = (w: object) => ({ ...base, windows: [{ ...window, ...w }] });
+    const cases: [string, object, string][] = [
+      ["unknown zone", { ...base, timezone: "Mars/Olympus" }, "body.timezone"],
+      ["an offset is no zone", { ...base, timezone: "+01:00" }, "body.timezone"],
+      ["no windows", { ...base, windows: [] }, "body.windows"],
+      ["33 windows", { ...base, windows: Array(33).fill(window) }, "body.windows"],
+      ["no days", withWindow({ days: [] }), "body.windows[0].days"],
+      ["capitalised day", withWindow({ days: ["Mon"] }), "body.windows[0].days[0]"],
+      ["day in full", withWindow({ days: ["tue", "monday"] }), "body.windows[0].days[1]"],
+      ["24:00", withWindow({ start: "24:00" }), "body.windows[0].start"],
+      ["one-digit hour", withWindow({ start: "7:00" }), "body.windows[0].start"],
+      ["minute 60", withWindow({ start: "23:60" }), "body.windows[0].start"],
+      ["0 minutes", withWindow({ duration_minutes: 0 }), "body.windows[0].duration_minutes"],
+      ["1441 minutes", withWindow({ duration_minutes: 1441 }), "body.windows[0].duration_minutes"],
+      ["fractional minutes", withWindow({ duration_minutes: 1.5 }), "body.windows[0].duration_minutes"],
+      ["delay past the window", { ...base, random_delay_minutes: 31 }, "body.random_delay_minutes"],
+      [
+        "download ahead longer than the shorter window",
+        { ...base, windows: [window, { ...window, duration_minutes: 10 }], download_ahead_minutes: 11 },
+        "body.download_ahead_minutes",
+      ],
+      ["negative delay", { ...base, download_ahead_minutes: -1 }, "body.download_ahead_minutes"],
+      ["update type", { ...base, update_type: "all" }, "body.update_type"],
+      ["reboot policy", { ...base, reboot: "sometimes" }, "body.reboot"],
+      ["denied callback", { ...base, callback_url: "http://10.1.2.3/hook" }, "body.callback_url"],
+      ["unknown field", { ...base, extra: 1 }, "body.extra"],
+    ];
+    for (const [what, payload, field] of cases) {
+      const r = await call({ method: "PUT", url: "/v1/system/schedule", payload });
+      assert.equal(r.statusCode, 400, `${what}: ${r.body}`);
+      const p = r.json();
+      assert.equal(p.code, "validation_failed", what);
+      assert.ok(
+        p.errors.some((e: { field: string }) => e.field === field),
+        `${what}: ${field} not in ${r.body}`,
+      );
+    }
+    const both = await call({
+      method: "PUT",
+      url: "/v1/system/schedule",
+      payload: {
+        ...base,
+        timezone: "Nowhere/Town",
+        random_delay_minutes: 45,
+        callback_url: "http://10.0.0.1/",
+      },
+    });
+    assert.deepEqual(
+      both
+        .json()
+        .errors.map((e: { field: string }) => e.field)
+        .sort(),
+      ["body.callback_url", "body.random_delay_minutes", "body.timezone"],
+      "every bad field in one answer",
+    );
+    assert.equal((await call({ method: "GET", url: "/v1/system/schedule" })).statusCode, 404, "nothing set");
+  });
+
+  test("the bounds themselves are accepted", async (t) => {
+    const { call } = await buildTestApp(t, ENV);
+    // Windows that cannot be open now: on the days that are neither today nor yesterday (UTC).
+    const today = new Date().getUTCDay();
+    const days = WEEKDAYS.filter((_, i) => i !== today && i !== (today + 6) % 7);
+    const payload = {
+      ...valid(),
+      windows: [
+        { days, start: "00:00", duration_minutes: 1440 },
+        { days, start: "23:59", duration_minutes: 1 },
+        ...Array(30).fill({ days, start: "12:00", duration_minutes: 1 }),
+      ],
+      download_ahead_minutes: 1,
+      random_delay_minutes: 1,
+    };
+    const r = await call({ method: "PUT", url: "/v1/system/schedule", payload });
+    assert.equal(r.statusCode, 200, r.body);
+    assert.equal(r.json().windows.length, 32);
+    assert.deepEqual(r.json().runs, []);
+  });
+
+  test("the schedule's endpoints need the bearer token", async (t) => {
+    const { app } = await buildTestApp(t, ENV);
+    for (const method of ["GET", "PUT", "DELETE"] as const)
+      assert.equal((await app.inject({ method, url: "/v1/system/schedule" })).statusCode, 401, method);
+  });
+});
+
+describe("trigger", () => {
+  test("applies recorded before the field existed read as api", async (t) => {
+    const dataDir = mkdtempSync(join(tmpdir(), "hk-data-"));
+    t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+    // The database as the agent left it before maintenance windows, with one apply.
+    const before = openDatabase(dataDir, [
+      ...outboxMigrations,
+      ...proxyMigrations,
+      ...systemMigrations.filter((m) => m.name !== "system.004_schedule"),
+      ...operatorMigrations,
+      ...auditMigrations,
+    ]);
+    before
+      .prepare(
+        `INSERT INTO system_applies (request_id, requested_by, update_type, auto_reboot, package_manager, started_at,
+           finished_at, duration_ms, outcome, state)
+         VALUES ('old', '{"remote_address":"127.0.0.1","user_agent":null}', 'security', 0, 'apt',
+           '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z', 1000, 'succeeded', 'completed')`,
+      )
+      .run();
+    before.close();
+
+    const { call } = await buildTestApp(t, ENV, { dataDir });
+    const [old] = (await call({ method: "GET", url: "/v1/system/apply-history" })).json().applies;
+    assert.equal(old.request_id, "old");
+    assert.equal(old.trigger, "api");
+    assert.equal((await call({ method: "GET", url: "/v1/system/applies/1" })).json().trigger, "api");
+  });
+});
