@@ -197,8 +197,9 @@ function headerNameProblem(name: string): string | undefined {
   return undefined;
 }
 
+/** type/subtype and parameters; around `;` only RFC 9110's OWS (space, tab): `\s` would let CR and LF in. */
 const MEDIA_TYPE =
-  /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\/[!#$%&'*+\-.^_`|~0-9A-Za-z]+(\s*;\s*[!#$%&'*+\-.^_`|~0-9A-Za-z]+=("[^"\\\p{Cc}]*"|[!#$%&'*+\-.^_`|~0-9A-Za-z]+))*$/u;
+  /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\/[!#$%&'*+\-.^_`|~0-9A-Za-z]+([ \t]*;[ \t]*[!#$%&'*+\-.^_`|~0-9A-Za-z]+=("[^"\\\p{Cc}]*"|[!#$%&'*+\-.^_`|~0-9A-Za-z]+))*$/u;
 const MAX_BODY_BYTES = 64 * 1024;
 
 export function maintenanceIssues(m: Maintenance | undefined, issues: Issues): void {
