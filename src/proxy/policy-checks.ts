@@ -169,6 +169,8 @@ function headerOpsIssues(ops: HeaderOps, at: string, issues: Issues): void {
     if (twin !== undefined) issues.push({ field, message: `names the same header as ${twin}` });
     setNames.set(name.toLowerCase(), name);
     if (/[\r\n\0]/.test(value)) issues.push({ field, message: "must not contain CR, LF or NUL" });
+    else if (hasControl(value))
+      issues.push({ field, message: "must not contain control characters other than tab" });
     if (Buffer.byteLength(value) > MAX_HEADER_VALUE_BYTES)
       issues.push({ field, message: `must be at most ${MAX_HEADER_VALUE_BYTES} bytes` });
   }
@@ -189,6 +191,13 @@ function headerOpsIssues(ops: HeaderOps, at: string, issues: Issues): void {
     deleted.add(name.toLowerCase());
   });
 }
+
+/**
+ * RFC 9110 field values hold no control character but tab. Caddy writes them anyway: in a request header
+ * Go's client then refuses every request (502), in a response header strict clients refuse the answer.
+ */
+const hasControl = (value: string): boolean =>
+  [...value].some((c) => c !== "\t" && (c < " " || c === "\u007f"));
 
 function headerNameProblem(name: string): string | undefined {
   if (!TOKEN.test(name)) return "must be a header name (an RFC 9110 token, without *)";
