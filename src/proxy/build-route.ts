@@ -48,13 +48,18 @@ export function buildRoute(request: RouteWriteRequest): ManagedRoute {
   };
 }
 
-/** Whether the request asks for any site policy: a route without one is written as plain `reverse_proxy`. */
+/**
+ * Whether the request asks for any site policy: a route without one is written as plain `reverse_proxy`.
+ * `headers: {}` changes no header, so it is none: as a policy it would compile to a subroute that no
+ * request reads back from (the request read from it has no headers, and builds the plain route).
+ */
 const hasPolicies = (r: RouteWriteRequest): boolean =>
   r.redirect_from !== undefined ||
   r.paths !== undefined ||
   r.basic_auth !== undefined ||
   r.allow_ips !== undefined ||
-  r.headers !== undefined ||
+  r.headers?.request !== undefined ||
+  r.headers?.response !== undefined ||
   r.maintenance !== undefined ||
   r.encode !== undefined;
 

@@ -27,11 +27,12 @@ export interface TestApp {
 /**
  * Builds the app against the given environment (plus a temp data dir, a fixed token and webhook secret),
  * closed when the test ends. `env` uses the real variable names, so tests exercise the config loader too.
+ * `opts.logger` replaces the silent logger, for a test that reads what the agent logs.
  */
 export async function buildTestApp(
   t: TestContext | { after: (fn: () => unknown) => void },
   env: Record<string, string>,
-  opts: { dataDir?: string; now?: () => number } = {},
+  opts: { dataDir?: string; now?: () => number; logger?: pino.Logger } = {},
 ): Promise<TestApp> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "hk-data-"));
   const removeDataDir = () => {
@@ -48,7 +49,7 @@ export async function buildTestApp(
         ...env,
       },
     });
-    const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
+    const logger = opts.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
     app = await buildApp({ config, logger, ...(opts.now ? { now: opts.now } : {}) });
   } catch (err) {
     // A start a test expects to fail leaves no data folder behind.
