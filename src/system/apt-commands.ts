@@ -4,6 +4,7 @@ import type { ChildEnv } from "../util/child-env.js";
 import { fs } from "../util/node-builtins.js";
 import { aptErrorLines, aptLockHolder, parseSimulation, type SimulatedUpgrade } from "./apt-output.js";
 import { type CommandResult, commandFailed, runCommand, runWaitingForLock } from "./command.js";
+import { CommandError } from "./errors.js";
 import { type InstalledPackage, packageKey } from "./package-manager.js";
 
 const { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } = fs;
@@ -40,6 +41,7 @@ export class AptCommands {
 
   /** Runs a program with apt's environment; its exit is the caller's to read. */
   exec(file: string, args: readonly string[], o: { timeoutMs?: number; cwd?: string } = {}) {
+    this.guardConfig(file);
     return runCommand(file, args, {
       env: this.o.env,
       timeoutMs: o.timeoutMs ?? this.o.commandTimeoutMs,
@@ -55,6 +57,7 @@ export class AptCommands {
     takesLock = false,
     onLine?: (line: string, stream: "stdout" | "status") => void,
   ): Promise<CommandResult> {
+    this.guardConfig(label);
     const o = { env: this.o.env, timeoutMs: this.o.commandTimeoutMs, onLine };
     const r = takesLock
       ? await runWaitingForLock(file, args, {
@@ -65,6 +68,19 @@ export class AptCommands {
       : await runCommand(file, args, o);
     if (r.code !== 0) throw commandFailed(label, r, aptErrorLines(r));
     return r;
+  }
+
+  /**
+   * Refuses to run anything when the `APT_CONFIG` file is gone: apt would read the host's own configuration
+   * and change this host's packages. Checked at start too (settings); this covers a file removed since.
+   */
+  private guardConfig(command: string): void {
+    const conf = this.o.env.APT_CONFIG;
+    if (conf !== undefined && !existsSync(conf))
+      throw new CommandError(
+        `${command} was not run: its APT_CONFIG file ${conf} is missing, and apt would manage this host's packages instead`,
+        { command },
+      );
   }
 
   /** The upgrades `apt-get -s <action>` plans with `options` and `pins` (see `withPreferences`). */

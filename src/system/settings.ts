@@ -1,5 +1,6 @@
 import { isAbsolute } from "node:path";
 import { parse, setting } from "../config.js";
+import { fs } from "../util/node-builtins.js";
 
 const absolutePath = (raw: unknown): string => {
   const s = parse.string({ nonEmpty: true })(raw);
@@ -10,6 +11,19 @@ const absolutePath = (raw: unknown): string => {
 const optionalAbsolutePath = (raw: unknown): string | undefined => {
   const s = parse.optionalString(raw);
   return s === undefined ? undefined : absolutePath(s);
+};
+
+/**
+ * apt reads its own configuration, and so manages this host's packages, when the file `APT_CONFIG` names
+ * is missing: a sandbox's configuration that is not there must stop the agent, not hand it the host.
+ */
+const aptConfigFile = (raw: unknown): string | undefined => {
+  const path = optionalAbsolutePath(raw);
+  if (path !== undefined && !fs.existsSync(path))
+    throw new Error(
+      `names ${path}, which does not exist: apt would read the host's own configuration instead and manage this host's packages`,
+    );
+  return path;
 };
 
 export const systemSettings = {
@@ -136,10 +150,10 @@ export const systemSettings = {
     key: "aptConfig",
     env: "HOSTKEEPER_APT_CONFIG",
     area: "system",
-    doc: "apt configuration file given to apt as `APT_CONFIG` (e.g. a sandbox root); unset, apt reads its own.",
+    doc: "apt configuration file given to apt as `APT_CONFIG` (e.g. a sandbox root); unset, apt reads its own. A file that does not exist is a configuration error (apt would silently read the host's own), and every apt command the agent runs checks that it is still there.",
     defaultText: "none",
     default: undefined as string | undefined,
-    parse: optionalAbsolutePath,
+    parse: aptConfigFile,
   }),
   dnfInstallroot: setting({
     key: "dnfInstallroot",

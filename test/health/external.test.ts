@@ -11,9 +11,8 @@ async function setup(t: Parameters<typeof startCaddy>[0], opts: { withServer?: b
   const h = await buildTestApp(t, {
     HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
     HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${caddy.httpPort}`,
-    // Status asks the package manager its version only; nothing here may reach this host's packages.
+    // Status asks the package manager its version only, with buildTestApp's empty apt configuration.
     HOSTKEEPER_PACKAGE_MANAGER: "apt",
-    HOSTKEEPER_APT_CONFIG: "/nonexistent/apt.conf",
   });
   return { caddy, ...h };
 }

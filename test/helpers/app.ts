@@ -7,6 +7,7 @@ import pino from "pino";
 import { buildApp } from "../../src/app.js";
 import type { App } from "../../src/http/types.js";
 import { type AppConfig, loadConfig } from "../../src/settings.js";
+import { guardAptConfig } from "./apt-guard.js";
 
 export const TEST_TOKEN = "test-token-0123456789abcdef";
 export const TEST_SECRET = `whsec_${Buffer.alloc(32, 7).toString("base64")}`;
@@ -46,6 +47,9 @@ export async function buildTestApp(
         HOSTKEEPER_DATA_DIR: dataDir,
         HOSTKEEPER_TOKEN: TEST_TOKEN,
         HOSTKEEPER_WEBHOOK_SECRET: TEST_SECRET,
+        // Never this machine's packages or a real reboot, whatever a test leaves out.
+        HOSTKEEPER_APT_CONFIG: guardAptConfig(t),
+        HOSTKEEPER_REBOOT_COMMAND: "/bin/true",
         ...env,
       },
     });

@@ -27,9 +27,8 @@ import { buildTestApp } from "../helpers/app.js";
 
 const ENV = {
   HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
+  // No package manager runs in this file; if one did, buildTestApp's apt configuration has an empty root.
   HOSTKEEPER_PACKAGE_MANAGER: "apt",
-  // No package manager runs in this file: requests that reach one are not made.
-  HOSTKEEPER_APT_CONFIG: "/nonexistent/apt.conf",
 };
 
 test("apply-updates answers 400 for a missing or unknown update_type, a non-boolean auto_reboot, unknown fields", async (t) => {

@@ -13,26 +13,12 @@ import { buildTestApp } from "../helpers/app.js";
 
 /*
  * No package manager may run in this file: its windows never open while it runs, and no request reaches apt.
- * Should one run all the same, apt reads a configuration whose root is an empty folder of its own (nothing to
- * upgrade there), and the reboot command does nothing. A missing APT_CONFIG file would NOT do: apt then
- * reads the host's configuration and works on the host's packages.
+ * Should one run all the same, buildTestApp gives apt a configuration whose root is an empty folder of its
+ * own (nothing to upgrade there) and a reboot command that does nothing.
  */
-const guard = mkdtempSync(join(tmpdir(), "hk-noapt-"));
-test.after(() => rmSync(guard, { recursive: true, force: true }));
-writeFileSync(
-  join(guard, "apt.conf"),
-  [
-    `Dir "${guard}/";`,
-    `Dir::State::status "${guard}/status";`,
-    `DPkg::Options { "--root=${guard}"; "--log=${guard}/dpkg.log"; };`,
-    "",
-  ].join("\n"),
-);
 const ENV = {
   HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
   HOSTKEEPER_PACKAGE_MANAGER: "apt",
-  HOSTKEEPER_APT_CONFIG: join(guard, "apt.conf"),
-  HOSTKEEPER_REBOOT_COMMAND: "/bin/true",
   HOSTKEEPER_WEBHOOK_DENY_CIDRS: "10.0.0.0/8",
 };
 
