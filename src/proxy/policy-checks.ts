@@ -120,12 +120,27 @@ export function allowIpIssues(ips: readonly string[] | undefined, issues: Issues
       family !== 0 &&
       extra === undefined &&
       (bits === undefined || (/^(0|[1-9]\d{0,2})$/.test(bits) && Number(bits) <= max));
-    if (!ok)
+    // Caddy compares an IPv4 client with IPv4 ranges only: an IPv4-mapped IPv6 entry would never match.
+    if (ok && family === 6 && isIpv4Mapped(address))
+      issues.push({
+        field: `allow_ips[${i}]`,
+        message: "is an IPv4-mapped IPv6 address; write the IPv4 address",
+      });
+    else if (!ok)
       issues.push({
         field: `allow_ips[${i}]`,
         message: "must be an IPv4 or IPv6 address, or a CIDR range such as 10.0.0.0/8 or 2001:db8::/32",
       });
   });
+}
+
+/** `::ffff:a.b.c.d` in any spelling (`::ffff:7f00:1`, `0:0:0:0:0:ffff:...`): URL parsing gives the canonical form. */
+function isIpv4Mapped(address: string): boolean {
+  try {
+    return /^\[::ffff:[0-9a-f]{1,4}:[0-9a-f]{1,4}\]$/.test(new URL(`http://[${address}]`).hostname);
+  } catch {
+    return false;
+  }
 }
 
 /** RFC 9110 token characters, without `*`, which Caddy reads as a wildcard in a name to delete. */

@@ -105,7 +105,7 @@ export const HeadersSchema = Type.Object(
     $id: "Headers",
     title: "Headers",
     description:
-      "Request headers as the upstream receives them, response headers as the client does. Names are RFC 9110 tokens without `*`; at most 64 entries in all; `Connection`, `Content-Length`, `Transfer-Encoding`, `Upgrade`, `Keep-Alive`, `TE` and `Trailer` are refused.",
+      "Request headers as the upstream receives them, response headers as the client does. Names are RFC 9110 tokens without `*`; values at most 4,096 bytes without control characters other than tab; at most 64 entries in all; `Connection`, `Content-Length`, `Transfer-Encoding`, `Upgrade`, `Keep-Alive`, `TE` and `Trailer` are refused.",
   },
 );
 

@@ -11,7 +11,10 @@ import { hostPackageState } from "../helpers/host-state.js";
 
 test("a HOSTKEEPER_APT_CONFIG that does not exist is a configuration error", () => {
   assert.throws(
-    () => loadConfig({ env: { HOSTKEEPER_TOKEN: "t".repeat(24), HOSTKEEPER_APT_CONFIG: "/nonexistent/apt.conf" } }),
+    () =>
+      loadConfig({
+        env: { HOSTKEEPER_TOKEN: "t".repeat(24), HOSTKEEPER_APT_CONFIG: "/nonexistent/apt.conf" },
+      }),
     /HOSTKEEPER_APT_CONFIG.*\/nonexistent\/apt\.conf, which does not exist: apt would read the host's own configuration/s,
   );
 });
@@ -32,7 +35,10 @@ test("an APT_CONFIG file removed after the start stops every apt command before 
     const res = await call({ method, url, ...(payload ? { payload } : {}) });
     assert.equal(res.statusCode, 500, res.body);
     assert.equal(res.json().code, "package_manager_failed");
-    assert.match(res.json().detail, /APT_CONFIG file .* is missing, and apt would manage this host's packages/);
+    assert.match(
+      res.json().detail,
+      /APT_CONFIG file .* is missing, and apt would manage this host's packages/,
+    );
   }
   assert.deepEqual(hostPackageState(), before);
 });
