@@ -10,7 +10,7 @@ import { RouteService } from "../proxy/service.js";
 import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { RouteChangeStore } from "../proxy/store.js";
 import { caddyDuration } from "../proxy/streams.js";
-import { RouteWriter } from "../proxy/writer.js";
+import { GATHER, RouteWriter } from "../proxy/writer.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
 import { generateWebhookSecret, loadOrCreateSecret } from "../store/secrets.js";
@@ -103,6 +103,7 @@ function buildRoutes(config: AppConfig, db: Db, logger: Logger, o: Shared & { ca
     metrics: o.metrics,
     server: proxy.caddyServer,
     listen: proxy.caddyListen,
+    gather: { ...GATHER, maxMs: proxy.routeGatherMaxMs },
     ...(proxy.caddyGracePeriodMs > 0
       ? { httpApp: { grace_period: caddyDuration(proxy.caddyGracePeriodMs) } }
       : {}),

@@ -4,6 +4,7 @@ import type { CaddyAdmin } from "../caddy/admin.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { CaddyHttpApp } from "./caddy-http-app.js";
 import { CaddyRoutes, type CaddyRoutesOptions } from "./caddy-routes.js";
+import { GatherWindow, type GatherWindowOptions } from "./gather-window.js";
 import type { RouteJson } from "./plan.js";
 import {
   type Capture,
@@ -15,12 +16,21 @@ import {
 
 export type { ChangeResult, WriteFailure, WriterChange } from "./write-step.js";
 
+/**
+ * A change that finds the writer idle waits at most 5% of what the last write took (70 ms at 20,000 routes,
+ * 3.5 ms at 1,000, none at a few hundred) and 10 ms past the last change that joined it;
+ * HOSTKEEPER_ROUTE_GATHER_MAX_MS sets `maxMs`.
+ */
+export const GATHER: GatherWindowOptions = { share: 0.05, maxMs: 100, quietMs: 10 };
+
 export interface WriterOptions<C extends WriterChange> extends CaddyRoutesOptions {
   /** Where the state each change replaces is recorded before Caddy is touched. */
   journal: Capture<C>;
   log: Logger;
   /** Upper bound of changes sent to Caddy as one config change. */
   maxBatch?: number;
+  /** How long a change that finds the writer idle waits for others (see GatherWindow); default `GATHER`. */
+  gather?: GatherWindowOptions;
   metrics?: Metrics;
 }
 
@@ -37,7 +47,8 @@ export interface Conformance {
 /**
  * The one writer of the managed server's routes. Changes queue up while a write is under way and the
  * next write takes all of them as one Caddy config change (Caddy reloads its whole config per change, so a
- * batch costs what one change costs); a change that arrives while the writer is idle goes at once. Every
+ * batch costs what one change costs); a change that arrives while the writer is idle waits a moment for
+ * others to go with it, as long as that is small beside what a write costs (GatherWindow). Every
  * write carries If-Match, is verified by Caddy's answer to it (see CaddyRoutes.written), and is undone
  * when it fails after Caddy may have changed (see WriteSteps). Data goes one way: a change comes in with
  * `submit`, the journal records what it replaces, Caddy gets it, and the answer goes back to the caller.
@@ -54,6 +65,9 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
   private readonly httpApp: CaddyHttpApp;
   private readonly steps: WriteSteps<C>;
   private readonly maxBatch: number;
+  private readonly gather: GatherWindow;
+  /** Changes submitted so far: what the gather window watches for. */
+  private arrivals = 0;
 
   constructor(
     admin: CaddyAdmin,
@@ -63,11 +77,13 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     this.httpApp = new CaddyHttpApp(admin);
     this.steps = new WriteSteps(this.caddy, opts.journal, opts.log);
     this.maxBatch = opts.maxBatch ?? 500;
+    this.gather = new GatherWindow(opts.gather ?? GATHER);
   }
 
   submit(change: C): Promise<ChangeResult> {
     return new Promise((resolve) => {
       this.queue.push({ change, answer: resolve, batchSize: 0, previous: null });
+      this.arrivals++;
       void this.drain();
     });
   }
@@ -131,6 +147,10 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     if (this.busy) return;
     this.busy = true;
     try {
+      // A change that found the writer idle: the changes of the same burst go to Caddy with it.
+      // Without a window it goes in this same turn: not even a microtask lets later changes in ahead of it.
+      if (this.queue.length > 0 && this.chores.length === 0 && this.gather.boundMs() > 0)
+        await this.gather.gather(() => this.arrivals);
       while (this.queue.length > 0 || this.refreshDue || this.chores.length > 0) await this.next();
     } finally {
       this.busy = false;
@@ -156,8 +176,12 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     }
     const batch = this.queue.splice(0, this.maxBatch);
     this.opts.metrics?.routeWriteBatchSize.observe(batch.length);
+    const started = performance.now();
     try {
-      if (await this.steps.run(batch)) this.refreshDue = true;
+      if (await this.steps.run(batch)) {
+        this.refreshDue = true;
+        this.gather.wrote(performance.now() - started);
+      }
     } catch (err) {
       this.opts.log.error({ err }, "route writer failed unexpectedly");
       this.caddy.forget();

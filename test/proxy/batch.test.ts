@@ -22,9 +22,14 @@ async function outcomes(calls: Call[]): Promise<(string | number)[]> {
   );
 }
 
-async function setup(t: import("node:test").TestContext) {
+async function setup(t: import("node:test").TestContext, gatherMaxMs = "0") {
   const caddy = await startCaddy(t);
-  const h = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
+  // Most tests here are about changes that wait behind a write under way: a change that finds the writer
+  // idle goes at once unless the test asks for the gather window, which may hold it for others.
+  const h = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    HOSTKEEPER_ROUTE_GATHER_MAX_MS: gatherMaxMs,
+  });
   const admin = h.app.services.caddyAdmin;
   const realWrite = admin.write.bind(admin);
   const writes: string[] = [];
@@ -175,4 +180,28 @@ test("a single change on an idle writer goes straight to Caddy as one targeted w
     "PATCH /config/apps/http/servers/srv0/routes/0",
     "DELETE /config/apps/http/servers/srv0/routes/0",
   ]);
+});
+
+test("after a slow write, a burst of changes that finds the writer idle goes to Caddy as one write", async (t) => {
+  const { caddy, svc, writes } = await setup(t, "100");
+  const up = await startUpstream(t, "u");
+  // Enough routes that a write takes tens of milliseconds: the window is 5% of the last write.
+  const load = Array.from({ length: 3000 }, (_, i) => ({
+    "@id": `load${i}.test`,
+    match: [{ host: [`load${i}.test`] }],
+    handle: [{ handler: "static_response", status_code: 200 }],
+  }));
+  const loaded = await caddy.admin.raw("PATCH", "/config/apps/http/servers/srv0/routes", {
+    body: JSON.stringify(load),
+  });
+  assert.equal(loaded.status, 200, loaded.text);
+  await svc.create(route("first.test", up.port));
+  writes.length = 0;
+  const ids = Array.from({ length: 10 }, (_, i) => `burst${i}.test`);
+  const got = await outcomes(ids.map((id) => () => svc.create(route(id, up.port))));
+  assert.deepEqual(
+    got,
+    ids.map(() => "ok"),
+  );
+  assert.deepEqual(writes, ["PATCH /config/apps/http/servers/srv0/routes"], "the whole burst in one write");
 });

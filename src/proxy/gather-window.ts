@@ -1,0 +1,57 @@
+import { sleep as realSleep } from "../util/timers.js";
+
+export interface GatherWindowOptions {
+  /** The window's bound as a share of what the last write took (0.05: a 1.4 s write allows 70 ms). */
+  share: number;
+  /** The bound whatever the last write took. */
+  maxMs: number;
+  /** The wait ends once no change has come for this long. */
+  quietMs: number;
+  now?: () => number;
+  sleep?: (ms: number) => Promise<void>;
+}
+
+/**
+ * How long a change that finds the writer idle waits for others to join it, so that a burst of changes
+ * reaches Caddy as one config change (one reload) rather than the first alone and the rest after it. The
+ * wait is sized from what a write costs now: a few milliseconds against a 1.4 s reload of 20,000 routes are
+ * free, against a 7 ms reload of 100 routes they are not, so a write that fast lets a change go at once.
+ * It ends when no change came for `quietMs`, and never lasts past its bound.
+ */
+export class GatherWindow {
+  private lastWriteMs = 0;
+  private readonly now: () => number;
+  private readonly sleep: (ms: number) => Promise<void>;
+
+  constructor(private readonly o: GatherWindowOptions) {
+    this.now = o.now ?? (() => performance.now());
+    this.sleep = o.sleep ?? ((ms) => realSleep(ms));
+  }
+
+  /** What the last write to Caddy took. */
+  wrote(ms: number): void {
+    this.lastWriteMs = ms;
+  }
+
+  /** How long a change may wait for followers now; under a millisecond it does not wait at all. */
+  boundMs(): number {
+    const bound = Math.min(this.o.maxMs, this.lastWriteMs * this.o.share);
+    return bound < 1 ? 0 : bound;
+  }
+
+  /** Waits while changes keep arriving (`arrived` counts them), never past the bound. */
+  async gather(arrived: () => number): Promise<void> {
+    const bound = this.boundMs();
+    if (bound === 0) return;
+    const end = this.now() + bound;
+    let seen = arrived();
+    for (;;) {
+      const left = end - this.now();
+      if (left <= 0) return;
+      await this.sleep(Math.min(this.o.quietMs, left));
+      const count = arrived();
+      if (count === seen) return;
+      seen = count;
+    }
+  }
+}

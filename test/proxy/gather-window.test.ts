@@ -1,0 +1,59 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { GatherWindow } from "../../src/proxy/gather-window.js";
+
+/** A window on a clock of its own: `sleep` moves the clock and lets `during` add changes meanwhile. */
+function windowOnClock(during: (at: number) => number = () => 0) {
+  let clock = 0;
+  let arrived = 1;
+  const sleeps: number[] = [];
+  const w = new GatherWindow({
+    share: 0.05,
+    maxMs: 100,
+    quietMs: 10,
+    now: () => clock,
+    sleep: async (ms) => {
+      sleeps.push(ms);
+      clock += ms;
+      arrived += during(clock);
+    },
+  });
+  return { w, sleeps, waited: () => clock, arrived: () => arrived };
+}
+
+test("a change alone goes at once when the last write was fast", async () => {
+  const { w, sleeps } = windowOnClock();
+  await w.gather(() => 1);
+  assert.deepEqual(sleeps, [], "no write yet");
+  w.wrote(7);
+  assert.equal(w.boundMs(), 0);
+  await w.gather(() => 1);
+  assert.deepEqual(sleeps, [], "a 7 ms write");
+});
+
+test("after a slow write a change alone waits the quiet time only", async () => {
+  const { w, waited } = windowOnClock();
+  w.wrote(1400);
+  assert.equal(w.boundMs(), 70);
+  await w.gather(() => 1);
+  assert.equal(waited(), 10);
+});
+
+test("followers arriving inside the window keep it open, and it ends once they stop", async () => {
+  // Two changes come in each of the first three waits, then none.
+  const { w, waited, arrived } = windowOnClock((at) => (at <= 30 ? 2 : 0));
+  w.wrote(1400);
+  await w.gather(arrived);
+  assert.equal(arrived(), 7);
+  assert.equal(waited(), 40);
+});
+
+test("the window never exceeds its bound, however long changes keep coming", async () => {
+  const { w, waited, arrived, sleeps } = windowOnClock(() => 1);
+  w.wrote(1000);
+  await w.gather(arrived);
+  assert.equal(waited(), 50);
+  assert.ok(sleeps.every((ms) => ms <= 10));
+  w.wrote(60_000);
+  assert.equal(w.boundMs(), 100, "the bound is capped");
+});
