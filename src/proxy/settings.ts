@@ -126,9 +126,9 @@ export const proxySettings = {
     key: "routeGatherMaxMs",
     env: "HOSTKEEPER_ROUTE_GATHER_MAX_MS",
     area: "proxy",
-    doc: "Longest time a route change that finds the writer idle waits for other changes to go to Caddy with it (one reload for a burst instead of two). It waits at most 5% of what the last write to Caddy took, and ends 10 ms after the last change that joined it: nothing at a few hundred routes, about 70 ms at 20,000. 0: a change goes at once.",
-    defaultText: "100",
-    default: 100,
+    doc: "Longest time a route change that finds the writer idle waits for other changes to go to Caddy with it (one reload for a burst instead of two). It waits at most 10% of what the last write to Caddy took, and ends 10 ms (or a quarter of that bound) after the last change that joined it: nothing at a couple of hundred routes, up to about 140 ms at 20,000 for a burst, 10 ms for a change alone. 0: a change goes at once.",
+    defaultText: "250",
+    default: 250,
     parse: parse.int(0, 1000),
   }),
   caddyGracePeriodMs: setting({

@@ -17,11 +17,12 @@ import {
 export type { ChangeResult, WriteFailure, WriterChange } from "./write-step.js";
 
 /**
- * A change that finds the writer idle waits at most 5% of what the last write took (70 ms at 20,000 routes,
- * 3.5 ms at 1,000, none at a few hundred) and 10 ms past the last change that joined it;
+ * A change that finds the writer idle waits at most 10% of what the last write took (140 ms at 20,000
+ * routes, 7 ms at 1,000, none at a couple of hundred) and 10 ms (or a quarter of that) past the last change
+ * that joined it: a burst's changes reach the writer about 1 ms apart, each request's own handling.
  * HOSTKEEPER_ROUTE_GATHER_MAX_MS sets `maxMs`.
  */
-export const GATHER: GatherWindowOptions = { share: 0.05, maxMs: 100, quietMs: 10 };
+export const GATHER: GatherWindowOptions = { share: 0.1, maxMs: 250, quietMs: 10 };
 
 export interface WriterOptions<C extends WriterChange> extends CaddyRoutesOptions {
   /** Where the state each change replaces is recorded before Caddy is touched. */

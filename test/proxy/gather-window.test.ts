@@ -57,3 +57,11 @@ test("the window never exceeds its bound, however long changes keep coming", asy
   w.wrote(60_000);
   assert.equal(w.boundMs(), 100, "the bound is capped");
 });
+
+test("a small bound keeps a change alone's wait small: a quarter of it", async () => {
+  const { w, waited } = windowOnClock();
+  w.wrote(80);
+  assert.equal(w.boundMs(), 4);
+  await w.gather(() => 1);
+  assert.equal(waited(), 1);
+});
