@@ -16,6 +16,7 @@ import type { Db } from "../store/db.js";
 import { generateWebhookSecret, loadOrCreateSecret } from "../store/secrets.js";
 import { createPackageManager } from "../system/select.js";
 import { SystemService } from "../system/service.js";
+import { RestartFinder } from "../system/services-restart.js";
 
 /** Every area's service, with the shared mechanisms and adapters they were given. */
 export interface Areas {
@@ -127,6 +128,12 @@ function buildSystem(config: AppConfig, db: Db, logger: Logger, o: Shared): Syst
     db,
     metrics: o.metrics,
     manager: createPackageManager(system, process.env, log),
+    restarts: new RestartFinder({
+      command: system.servicesRestartCommand,
+      procRoot: "/proc",
+      env: process.env,
+      timeoutMs: system.commandTimeoutMs,
+    }),
     lockTimeoutMs: system.lockTimeoutMs,
     rebootCommand: system.rebootCommand,
     rebootDelayMs: system.rebootDelayMs,

@@ -2,6 +2,7 @@ import type { Outbox } from "../events/outbox.js";
 import type { Db } from "../store/db.js";
 import { ApplyNotFoundError } from "./errors.js";
 import type { ApplyChanges, ApplyProgress, PackageUpdate, Recovery } from "./package-manager.js";
+import type { ServiceToRestart } from "./restart-scan.js";
 import type { ApplyRecord, ApplyState, ApplyStatus, RebootReport } from "./schemas.js";
 
 export interface ApplyRow {
@@ -30,11 +31,18 @@ export interface ApplyRow {
 export type StoredResult = ApplyChanges & {
   reboot_required: boolean;
   reboot_scheduled: boolean;
-  services_restart_required?: string[] | null;
+  /** Results stored before the agent's own scan hold unit names (what needrestart listed). */
+  services_restart_required?: ServiceToRestart[] | string[] | null;
 };
 export type Progress = ApplyStatus["progress"];
 
 const json = <T>(text: string | null): T | null => (text === null ? null : (JSON.parse(text) as T));
+
+/** Services to restart as stored: a unit name of an older result becomes a unit without known processes. */
+function servicesOf(stored: StoredResult["services_restart_required"]): ServiceToRestart[] | null {
+  if (stored === undefined || stored === null) return null;
+  return stored.map((s) => (typeof s === "string" ? { unit: s, pids: [], files: [] } : s));
+}
 
 /** An apply's package lists and reboot flags from its stored result; empty until it is over. */
 export function changesOf(stored: string | null) {
@@ -45,7 +53,7 @@ export function changesOf(stored: string | null) {
     removed: result?.removed ?? [],
     held_back: result?.held_back ?? [],
     reboot_required: result?.reboot_required ?? null,
-    services_restart_required: result?.services_restart_required ?? null,
+    services_restart_required: servicesOf(result?.services_restart_required),
     reboot_scheduled: result?.reboot_scheduled ?? false,
   };
 }

@@ -4,19 +4,22 @@ import { ApplyFailedError, isSystemError } from "./errors.js";
 import type { PackageLock } from "./mutex.js";
 import type { ApplyProgress, PackageManager } from "./package-manager.js";
 import type { Reboots } from "./reboot.js";
+import type { ServiceToRestart } from "./restart-scan.js";
 import type { ApplyResult, ApplyStatus } from "./schemas.js";
+import type { RestartFinder } from "./services-restart.js";
 
 export interface ApplyRunOptions {
   store: ApplyStore;
   manager: PackageManager;
   lock: PackageLock;
   reboots: Reboots;
+  restarts: Pick<RestartFinder, "find">;
   log: Logger;
 }
 
 type ApplyError = ApplyStatus["error"];
 /** What an apply that ran to its end records and answers. */
-type Installed = StoredResult & { services_restart_required: string[] | null };
+type Installed = StoredResult & { services_restart_required: ServiceToRestart[] | null };
 
 /** What the client sees of an error that is not the system area's own; its message stays in the log. */
 const UNEXPECTED: ApplyError = {
@@ -89,14 +92,14 @@ export class ApplyRun {
     });
     const rebootRequired = await this.o.manager.rebootRequired();
     // The packages are installed by now: a failure to list services must not turn the apply into a failure.
-    const services = await this.o.manager.servicesToRestart().catch((err: unknown) => {
+    const services = await this.o.restarts.find().catch((err: unknown) => {
       this.o.log.warn({ err }, "the services to restart could not be listed");
-      return undefined;
+      return null;
     });
     return {
       ...changes,
       reboot_required: rebootRequired,
-      services_restart_required: services ?? null,
+      services_restart_required: services,
       reboot_scheduled: row.auto_reboot === 1 && rebootRequired && !this.closed,
     };
   }

@@ -25,12 +25,6 @@ export function isSecurityOrigin(origin: string): boolean {
   return label === "Debian-Security" || suite.endsWith("-security");
 }
 
-/** `NEEDRESTART-SVC: name.service` lines of `needrestart -b`. */
-export function parseNeedrestartServices(stdout: string): string[] {
-  const units = [...stdout.matchAll(/^NEEDRESTART-SVC:\s*(\S+)/gm)].map((m) => m[1] as string);
-  return [...new Set(units)].sort();
-}
-
 /** The upgrades in the output of `apt-get -s`, keyed by `packageKey`. New installs and removals are left out. */
 export function parseSimulation(stdout: string): Map<string, SimulatedUpgrade> {
   const out = new Map<string, SimulatedUpgrade>();

@@ -3,7 +3,7 @@ import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { fs } from "../util/node-builtins.js";
 import { AptAdvisories } from "./apt-advisories.js";
 import { AptCommands } from "./apt-commands.js";
-import { aptProgress, parseNeedrestartServices, type SimulatedUpgrade } from "./apt-output.js";
+import { aptProgress, type SimulatedUpgrade } from "./apt-output.js";
 import { finishInterruptedDpkg } from "./apt-recovery.js";
 import { commandFailed, lastLines } from "./command.js";
 import {
@@ -35,8 +35,6 @@ export interface AptOptions {
   rebootRequiredFile: string;
   /** needrestart executable; used for the kernel status when it exists. */
   needrestart: string | undefined;
-  /** Lists the services to restart instead of `needrestart -b -r l` (same output); [] : not asked. */
-  servicesCommand: readonly string[] | undefined;
   /** Bound on reading the changelogs of one check (downloads included); 0 reads none. */
   changelogTimeoutMs: number;
   lockTimeoutMs: number;
@@ -205,20 +203,6 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     // 2: an ABI-compatible kernel upgrade is pending, 3: a newer kernel version is installed.
     const ksta = /^NEEDRESTART-KSTA:\s*(\d+)/m.exec(r.stdout)?.[1];
     return ksta === "2" || ksta === "3";
-  }
-
-  /** needrestart's batch output (`-r l`: list, never restart); undefined when it is not installed or turned off. */
-  async servicesToRestart(): Promise<string[] | undefined> {
-    const command =
-      this.o.servicesCommand ??
-      (this.o.needrestart !== undefined && existsSync(this.o.needrestart)
-        ? [this.o.needrestart, "-b", "-r", "l"]
-        : []);
-    const [file, ...args] = command;
-    if (file === undefined) return undefined;
-    const r = await this.apt.exec(file, args);
-    if (r.code !== 0) throw commandFailed("needrestart -b -r l", r, lastLines(r.stderr, 5));
-    return parseNeedrestartServices(r.stdout);
   }
 
   /** `apt-get --version` starts `apt 2.6.1 (amd64)`; it reads no package state. */

@@ -96,18 +96,6 @@ export function parseVersionLocks(stdout: string): Map<string, string> {
   return out;
 }
 
-/** `dnf needs-restarting -s`: one systemd unit per line. */
-export function parseUnits(stdout: string): string[] {
-  return [
-    ...new Set(
-      stdout
-        .split("\n")
-        .map((l) => l.trim())
-        .filter((l) => /^\S+\.[a-z]+$/.test(l)),
-    ),
-  ].sort();
-}
-
 /** With `exit_on_lock`, dnf says `metadata already locked by 123` and `The application with PID 123 is: dnf`. */
 export function dnfLockHolder(r: CommandResult): LockHolder | undefined {
   const text = `${r.stderr}\n${r.stdout}`;

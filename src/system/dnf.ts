@@ -10,7 +10,6 @@ import {
   dnfProgress,
   nevraKey,
   parseQuery,
-  parseUnits,
   parseUpdateInfo,
   parseVersionLocks,
   QF,
@@ -42,8 +41,6 @@ export interface DnfOptions {
   /** dnf `--installroot`; undefined manages this host. */
   installroot: string | undefined;
   hold: readonly string[];
-  /** Lists the services to restart instead of `dnf needs-restarting -s`; undefined: that; [] : not asked. */
-  servicesCommand: readonly string[] | undefined;
   lockTimeoutMs: number;
   commandTimeoutMs: number;
 }
@@ -156,18 +153,6 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
     if (r.code !== 0 && /No such command: versionlock/.test(r.stderr)) return new Map();
     if (r.code !== 0) throw commandFailed("dnf versionlock list", r, dnfErrorLines(r));
     return parseVersionLocks(r.stdout);
-  }
-
-  /** `dnf needs-restarting -s` (or the configured command): the systemd units running outdated files. */
-  async servicesToRestart(): Promise<string[] | undefined> {
-    const [file, args] =
-      this.o.servicesCommand === undefined
-        ? ["dnf", [...this.base, "needs-restarting", "-s"]]
-        : [this.o.servicesCommand[0], this.o.servicesCommand.slice(1)];
-    if (file === undefined) return undefined;
-    const r = await runCommand(file, args, { env: this.env, timeoutMs: this.o.commandTimeoutMs });
-    if (r.code !== 0) throw commandFailed("dnf needs-restarting -s", r, dnfErrorLines(r));
-    return parseUnits(r.stdout);
   }
 
   apply(type: UpdateType, listener?: ApplyListener): Promise<ApplyChanges> {

@@ -137,8 +137,6 @@ export interface PackageManager {
    */
   recover(afterInterruption: boolean): Promise<Recovery | null>;
   rebootRequired(): Promise<boolean>;
-  /** The services running outdated code after an apply; undefined when this host cannot tell. */
-  servicesToRestart(): Promise<string[] | undefined>;
   /** The package manager's own version (`2.6.1`), read from the program; undefined when it cannot say. */
   version(): Promise<string | undefined>;
 }

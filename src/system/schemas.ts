@@ -12,6 +12,7 @@ import {
   DownloadResultSchema,
   DownloadUpdatesRequestSchema,
   PackageUpdateSchema,
+  ServiceToRestartSchema,
   SystemStatusSchema,
 } from "./check-schemas.js";
 import { ApplyHistorySchema, ApplyRecordSchema, type RequesterSchema } from "./history-schemas.js";
@@ -24,6 +25,7 @@ import { ApplyHistorySchema, ApplyRecordSchema, type RequesterSchema } from "./h
 export const systemSharedSchemas = [
   AdvisorySchema,
   PackageUpdateSchema,
+  ServiceToRestartSchema,
   SystemStatusSchema,
   ApplyUpdatesRequestSchema,
   DownloadUpdatesRequestSchema,

@@ -18,6 +18,7 @@ import {
   type UpdateType,
 } from "./package-manager.js";
 import { type BootStatus, Reboots } from "./reboot.js";
+import type { ServiceToRestart } from "./restart-scan.js";
 import type {
   ApplyRecord,
   ApplyResult,
@@ -26,10 +27,13 @@ import type {
   Requester,
   SystemStatus,
 } from "./schemas.js";
+import type { RestartFinder } from "./services-restart.js";
 
 export interface SystemServiceOptions {
   db: Db;
   manager: PackageManager;
+  /** Finds the services running replaced code, after each check and apply. */
+  restarts: Pick<RestartFinder, "find">;
   /** How long a check or apply waits for another apply of this agent. */
   lockTimeoutMs: number;
   rebootCommand: readonly string[];
@@ -74,6 +78,7 @@ export class SystemService {
       manager: o.manager,
       lock: this.lock,
       reboots: this.reboots,
+      restarts: o.restarts,
       log: o.log,
     });
     // An apply still "running" in the database was cut short by a stop of the agent.
@@ -104,6 +109,7 @@ export class SystemService {
   private async checkNow(): Promise<SystemStatus> {
     const updates = await this.o.manager.check();
     const rebootRequired = await this.o.manager.rebootRequired();
+    const services = await this.servicesToRestart();
     const security = updates.filter((u) => u.security).length;
     const checkedAt = new Date().toISOString();
     const severityCounts = Object.fromEntries(SEVERITIES.map((s) => [s, 0])) as Record<Severity, number>;
@@ -121,11 +127,20 @@ export class SystemService {
       regular_updates: updates.length - security,
       updates_available: updates.length > 0,
       reboot_required: rebootRequired,
+      services_restart_required: services,
       package_manager: this.o.manager.name,
       checked_at: checkedAt,
       severity_counts: severityCounts,
       updates,
     };
+  }
+
+  /** The services to restart now; null when not asked, or when finding them failed (logged: never fails a check). */
+  private servicesToRestart(): Promise<ServiceToRestart[] | null> {
+    return this.o.restarts.find().catch((err: unknown) => {
+      this.o.log.warn({ err }, "the services to restart could not be listed");
+      return null;
+    });
   }
 
   /** The last check that succeeded, across restarts of the agent; null before the first. */

@@ -76,7 +76,7 @@ export const systemSettings = {
     key: "servicesRestartCommand",
     env: "HOSTKEEPER_SERVICES_RESTART_COMMAND",
     area: "system",
-    doc: "How an apply finds `services_restart_required`: `auto` runs `needrestart -b -r l` on apt hosts (list only, never restarts; not asked when needrestart is not installed) and `dnf needs-restarting -s` on dnf hosts; `none` asks nothing (the field is null); else a command, split at whitespace (no shell), printing what that tool prints.",
+    doc: "How check and apply find `services_restart_required`: `auto` is the agent's own read-only scan of `/proc` (processes mapping replaced or deleted files, by systemd unit); `none` finds nothing (the field is null); else a command, split at whitespace (no shell), such as `needrestart -b -r l` or `dnf needs-restarting -s`, whose units are listed without processes or files.",
     defaultText: "auto",
     default: undefined as string[] | undefined,
     parse: (raw) => {

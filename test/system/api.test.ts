@@ -8,7 +8,6 @@ import {
   aptLockHolder,
   aptProgress,
   isSecurityOrigin,
-  parseNeedrestartServices,
   parseSimulation,
 } from "../../src/system/apt-output.js";
 import {
@@ -17,7 +16,6 @@ import {
   dnfLockHolder,
   dnfProgress,
   nevraKey,
-  parseUnits,
   parseUpdateInfo,
   parseVersionLocks,
 } from "../../src/system/dnf-output.js";
@@ -213,16 +211,6 @@ test("dnf updateinfo info blocks become advisories, whatever their descriptions 
     ),
     { openssl: "3.0.7-25.el9_3", "kernel-core": "5.14.0-362.el9" },
   );
-  assert.deepEqual(parseUnits("cron.service\nsshd.service\n\ncron.service\n"), [
-    "cron.service",
-    "sshd.service",
-  ]);
-  assert.deepEqual(
-    parseNeedrestartServices(
-      "NEEDRESTART-VER: 3.6\nNEEDRESTART-KSTA: 1\nNEEDRESTART-SVC: ssh.service\nNEEDRESTART-SVC: cron.service\n",
-    ),
-    ["cron.service", "ssh.service"],
-  );
 });
 
 test("auto picks the package manager from os-release, then from what is installed", () => {
@@ -255,7 +243,6 @@ test("apt hosts: needrestart's kernel status counts as a required reboot", async
       hold: [],
       rebootRequiredFile: join(dir, "reboot-required"),
       needrestart,
-      servicesCommand: undefined,
       changelogTimeoutMs: 0,
       lockTimeoutMs: 1000,
       commandTimeoutMs: 5000,
