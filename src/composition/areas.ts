@@ -134,6 +134,7 @@ function buildSystem(config: AppConfig, db: Db, logger: Logger, o: Shared): Syst
       env: process.env,
       timeoutMs: system.commandTimeoutMs,
     }),
+    minFreeMb: system.minFreeMb,
     lockTimeoutMs: system.lockTimeoutMs,
     rebootCommand: system.rebootCommand,
     rebootDelayMs: system.rebootDelayMs,

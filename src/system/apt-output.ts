@@ -25,6 +25,27 @@ export function isSecurityOrigin(origin: string): boolean {
   return label === "Debian-Security" || suite.endsWith("-security");
 }
 
+/** apt's sizes (`SizeToStr`): `5038 B`, `12.3 kB`, `1,024 MB`, in powers of 1000. */
+function aptBytes(number: string, unit: string): number {
+  return Math.round(Number(number.replaceAll(",", "")) * 1000 ** " kMGTPEZY".indexOf(unit || " "));
+}
+
+/**
+ * What `apt-get --print-uris` (like a real run) says before it would start: `Need to get 0 B/5038 B of
+ * archives.` (still to fetch, of the whole), `After this operation, 307 kB of additional disk space will be
+ * used.` (or `... disk space will be freed.`). Nothing to do prints neither: zero.
+ */
+export function parseAptSpace(stdout: string): { downloadBytes: number; installBytes: number } {
+  const get = /^Need to get ([\d.,]+) ([kMGTPEZY]?)B\b/m.exec(stdout);
+  const used = /^After this operation, ([\d.,]+) ([kMGTPEZY]?)B of additional disk space will be used/m.exec(
+    stdout,
+  );
+  return {
+    downloadBytes: get ? aptBytes(get[1] ?? "0", get[2] ?? "") : 0,
+    installBytes: used ? aptBytes(used[1] ?? "0", used[2] ?? "") : 0,
+  };
+}
+
 /** The upgrades in the output of `apt-get -s`, keyed by `packageKey`. New installs and removals are left out. */
 export function parseSimulation(stdout: string): Map<string, SimulatedUpgrade> {
   const out = new Map<string, SimulatedUpgrade>();

@@ -135,6 +135,44 @@ export function dnfProgress(progress: ((p: ApplyProgress) => void) | undefined) 
   };
 }
 
+/** dnf's sizes (`format_number`): `999`, `5.9 k`, `12 M`, in powers of 1024. */
+function dnfBytes(number: string, unit: string): number {
+  return Math.round(Number(number) * 1024 ** " kMGTPEZY".indexOf(unit || " "));
+}
+
+/** Sections of dnf's transaction table whose packages are written to disk. */
+const WRITTEN =
+  /^(Installing|Upgrading|Reinstalling|Downgrading|Installing dependencies|Installing weak dependencies):$/;
+
+/**
+ * What `dnf --assumeno upgrade` prints before it would start: `Total download size: 12 k` (absent when
+ * every package is already in the cache) and the transaction table, whose packages to write are returned
+ * as `name-evr.arch`. The table is 80 columns wide off a terminal, so a long name is alone on its line and
+ * the rest of its row follows on the next.
+ */
+export function parseDnfTransaction(stdout: string): { downloadBytes: number; packages: string[] } {
+  const dl = /^Total download size: ([\d.]+) ?([kMGTPEZY]?)\s*$/m.exec(stdout);
+  const packages: string[] = [];
+  let inSection = false;
+  let pendingName: string | undefined;
+  for (const line of stdout.split("\n")) {
+    if (/^\S/.test(line)) {
+      inSection = WRITTEN.test(line.trim());
+      pendingName = undefined;
+      continue;
+    }
+    if (!inSection) continue;
+    const cols = line.trim().split(/\s+/);
+    if (line.startsWith("     replacing")) continue;
+    if (pendingName !== undefined && cols.length >= 3) {
+      packages.push(`${pendingName}-${cols[1]}.${cols[0]}`);
+      pendingName = undefined;
+    } else if (cols.length === 1 && cols[0]) pendingName = cols[0];
+    else if (cols.length >= 5) packages.push(`${cols[0]}-${cols[2]}.${cols[1]}`);
+  }
+  return { downloadBytes: dl ? dnfBytes(dl[1] ?? "0", dl[2] ?? "") : 0, packages };
+}
+
 /** The `cachedir` of dnf's `[main]` section in `conf` (dnf's default when unset). */
 export function dnfCacheDir(conf: string): string {
   let main = false;

@@ -122,6 +122,18 @@ export interface Recovery {
   lines: string[];
 }
 
+/** Where a package manager writes: the root it installs into (`/`, or a sandbox's) and its download cache. */
+export interface StoragePaths {
+  root: string;
+  cache: string;
+}
+
+/** What the package manager says an upgrade needs: bytes still to download, and the growth of installed files. */
+export interface SpaceNeeded {
+  downloadBytes: number;
+  installBytes: number;
+}
+
 /** The one interface of the system area to a package manager; chosen in `select.ts`. */
 export interface PackageManager {
   readonly name: PackageManagerName;
@@ -137,6 +149,9 @@ export interface PackageManager {
    */
   recover(afterInterruption: boolean): Promise<Recovery | null>;
   rebootRequired(): Promise<boolean>;
+  storage(): Promise<StoragePaths>;
+  /** What an upgrade of `type` would download and add, from the package lists as they are (no refresh, no lock). */
+  spaceNeeded(type: UpdateType): Promise<SpaceNeeded>;
   /** The package manager's own version (`2.6.1`), read from the program; undefined when it cannot say. */
   version(): Promise<string | undefined>;
 }

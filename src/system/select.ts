@@ -66,6 +66,8 @@ class NoPackageManager implements PackageManager {
   download = async () => this.fail();
   recover = async () => this.fail();
   rebootRequired = async () => this.fail();
+  storage = async () => this.fail();
+  spaceNeeded = async () => this.fail();
   version = async () => undefined;
 }
 

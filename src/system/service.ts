@@ -6,6 +6,7 @@ import type { Db } from "../store/db.js";
 import { ApplyStore } from "./applies.js";
 import { ApplyRun } from "./apply-run.js";
 import type { BootSources } from "./boot.js";
+import { DiskGuard } from "./disk-guard.js";
 import { ApplyFailedError, PackageManagerBusyError } from "./errors.js";
 import { type LastCheck, LastCheckStore } from "./last-check.js";
 import { PackageLock } from "./mutex.js";
@@ -34,6 +35,8 @@ export interface SystemServiceOptions {
   manager: PackageManager;
   /** Finds the services running replaced code, after each check and apply. */
   restarts: Pick<RestartFinder, "find">;
+  /** HOSTKEEPER_MIN_FREE_MB: what the disk guard keeps free beyond what a download or apply needs. */
+  minFreeMb: number;
   /** How long a check or apply waits for another apply of this agent. */
   lockTimeoutMs: number;
   rebootCommand: readonly string[];
@@ -57,6 +60,7 @@ export class SystemService {
   private readonly lastChecks: LastCheckStore;
   private readonly reboots: Reboots;
   private readonly runs: ApplyRun;
+  private readonly guard: DiskGuard;
   private managerVersion: Promise<string | undefined> | undefined;
 
   constructor(private readonly o: SystemServiceOptions) {
@@ -81,6 +85,7 @@ export class SystemService {
       restarts: o.restarts,
       log: o.log,
     });
+    this.guard = new DiskGuard({ manager: o.manager, minFreeMb: o.minFreeMb, log: o.log });
     // An apply still "running" in the database was cut short by a stop of the agent.
     for (const row of this.store.inStates(["queued", "downloading", "installing"])) {
       this.store.transition(row.id, "interrupted", {
@@ -167,22 +172,33 @@ export class SystemService {
     return this.managerVersion;
   }
 
-  /** Applies updates and records the apply; a reboot it schedules starts its delay as it ends. */
-  apply(type: UpdateType, autoReboot: boolean, who: Requester, callbackUrl?: string): Promise<ApplyResult> {
+  /**
+   * Applies updates and records the apply; a reboot it schedules starts its delay as it ends. The disk
+   * guard comes first: when it refuses (`InsufficientStorageError`), nothing is recorded.
+   */
+  async apply(
+    type: UpdateType,
+    autoReboot: boolean,
+    who: Requester,
+    callbackUrl?: string,
+  ): Promise<ApplyResult> {
+    await this.guard.check("apply", type);
     const id = this.create(type, autoReboot, who, callbackUrl);
     return this.measured("apply", () => this.runs.run(id));
   }
 
   /**
-   * Starts an apply in the background and answers its status (`queued`) at once; `done` settles when the
-   * package work is over (and a reboot it schedules has started its delay).
+   * Starts an apply in the background and answers its status (`queued`) once it is recorded; `done` settles
+   * when the package work is over (and a reboot it schedules has started its delay). Rejects, recording
+   * nothing, when the disk guard refuses (`InsufficientStorageError`).
    */
-  startApply(
+  async startApply(
     type: UpdateType,
     autoReboot: boolean,
     who: Requester,
     callbackUrl?: string,
-  ): { status: ApplyStatus; done: Promise<void> } {
+  ): Promise<{ status: ApplyStatus; done: Promise<void> }> {
+    await this.guard.check("apply", type);
     const id = this.create(type, autoReboot, who, callbackUrl);
     // Started on the next turn, so the answer shows the apply `queued`, as it was accepted.
     const job = setImmediate()
@@ -201,8 +217,12 @@ export class SystemService {
     return this.store.status(this.store.get(id), this.runs.progress(id));
   }
 
-  /** Downloads what an apply of `type` would install, without installing; one at a time with checks and applies. */
-  download(type: UpdateType): Promise<DownloadResult> {
+  /**
+   * Downloads what an apply of `type` would install, without installing; one at a time with checks and
+   * applies. The disk guard comes first (`InsufficientStorageError`).
+   */
+  async download(type: UpdateType): Promise<DownloadResult> {
+    await this.guard.check("download", type);
     return this.lock.run(async () => {
       const started = new Date();
       const r = await this.o.manager.download(type);

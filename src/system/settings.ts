@@ -86,6 +86,15 @@ export const systemSettings = {
     },
     show: (argv) => (argv === undefined ? "auto" : argv.length === 0 ? "none" : argv.join(" ")),
   }),
+  minFreeMb: setting({
+    key: "minFreeMb",
+    env: "HOSTKEEPER_MIN_FREE_MB",
+    area: "system",
+    doc: "Disk guard: MB (MiB) to keep free on each filesystem a download or apply writes (package cache, `/`, `/usr`, `/var`, `/boot`), beyond what the package manager says it needs; short of it, they are refused (507).",
+    defaultText: "500",
+    default: 500,
+    parse: parse.int(0, 1_000_000_000),
+  }),
   aptChangelogTimeoutMs: setting({
     key: "aptChangelogTimeoutMs",
     env: "HOSTKEEPER_APT_CHANGELOG_TIMEOUT_MS",
