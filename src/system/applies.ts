@@ -210,7 +210,8 @@ export class ApplyStore {
       auto_reboot: row.auto_reboot === 1,
       package_manager: row.package_manager,
       callback_url: row.callback_url,
-      progress: liveProgress ?? json<Progress>(row.progress) ?? { download: null, install: null },
+      // Progress recorded before `current` existed has none.
+      progress: { ...NO_PROGRESS, ...(liveProgress ?? json<Progress>(row.progress)) },
       planned: planned.map((u) => ({
         name: u.name,
         arch: u.arch,
@@ -268,8 +269,12 @@ export class ApplyStore {
 /** Progress as the status shows it, updated from an adapter's report. */
 export function nextProgress(p: Progress, report: ApplyProgress): Progress {
   const count = { done: report.done, total: report.total };
-  if (report.phase === "downloading") return { ...p, download: count };
+  const current = report.current ?? null;
+  if (report.phase === "downloading") return { ...p, download: count, current };
   // Installing starts when downloading is over: what was to download is downloaded (none: nothing was).
   const download = p.download ? { done: p.download.total, total: p.download.total } : { done: 0, total: 0 };
-  return { download, install: count };
+  return { download, install: count, current };
 }
+
+/** Progress before the package manager reported any. */
+export const NO_PROGRESS: Progress = { download: null, install: null, current: null };

@@ -1,5 +1,12 @@
 import type { Logger } from "pino";
-import { type ApplyRow, type ApplyStore, nextProgress, type Progress, type StoredResult } from "./applies.js";
+import {
+  type ApplyRow,
+  type ApplyStore,
+  NO_PROGRESS,
+  nextProgress,
+  type Progress,
+  type StoredResult,
+} from "./applies.js";
 import { ApplyFailedError, isSystemError } from "./errors.js";
 import type { PackageLock } from "./mutex.js";
 import type { ApplyProgress, PackageManager } from "./package-manager.js";
@@ -80,7 +87,7 @@ export class ApplyRun {
   private async install(row: ApplyRow): Promise<Installed> {
     const id = row.id;
     this.o.store.transition(id, "downloading");
-    this.live.set(id, { download: null, install: null });
+    this.live.set(id, NO_PROGRESS);
     const recovery = await this.o.manager.recover(this.o.store.previousInterrupted(id));
     if (recovery) {
       this.o.store.update(id, { recovery });
@@ -106,7 +113,7 @@ export class ApplyRun {
 
   /** Called from the package manager's output stream: it must not throw (the database may be closed by now). */
   private onProgress(id: number, report: ApplyProgress): void {
-    const before = this.live.get(id) ?? { download: null, install: null };
+    const before = this.live.get(id) ?? NO_PROGRESS;
     const progress = nextProgress(before, report);
     this.live.set(id, progress);
     if (report.phase !== "installing" || before.install !== null || this.closed) return;
@@ -141,7 +148,8 @@ export class ApplyRun {
         duration_ms: ms,
         error,
         ...(result === null ? {} : { result }),
-        ...(progress === undefined ? {} : { progress }),
+        // Nothing is being worked on once the apply is over.
+        ...(progress === undefined ? {} : { progress: { ...progress, current: null } }),
         ...reboot,
       },
     );

@@ -155,7 +155,14 @@ export const ApplyStatusSchema = Type.Object(
     package_manager: PackageManagerName,
     callback_url: Type.Union([Type.String(), Type.Null()]),
     progress: Type.Object(
-      { download: Count, install: Count },
+      {
+        download: Count,
+        install: Count,
+        current: Type.Union([Type.String(), Type.Null()], {
+          description:
+            "The package the package manager works on now, as it last named it (apt: the package of its `Get:` line or dpkg step; dnf: the file it last downloaded, the package of its transaction step). Null before it named one, and once the apply is over.",
+        }),
+      },
       {
         additionalProperties: false,
         description:

@@ -87,7 +87,8 @@ export function aptErrorLines(r: CommandResult): string[] {
 /**
  * Progress of an apt-get run from its output: the plan line on stdout gives how many packages it installs,
  * `APT::Status-Fd` lines the downloads (`dlstatus:N:PERCENT:Retrieving file I of T`) and dpkg's steps
- * (`pmstatus:PKG:PERCENT:Installed PKG (arch)`).
+ * (`pmstatus:PKG:PERCENT:Installed PKG (arch)`); the package fetched now is named by stdout's `Get:` lines
+ * (a `file:` source has none: apt reads its packages in place).
  */
 export function aptProgress(progress: ((p: ApplyProgress) => void) | undefined) {
   const counter = progressCounter(progress);
@@ -95,6 +96,9 @@ export function aptProgress(progress: ((p: ApplyProgress) => void) | undefined) 
     if (stream === "stdout") {
       const plan = /^(\d+) upgraded, (\d+) newly installed, /.exec(line);
       if (plan) counter.setInstallTotal(Number(plan[1]) + Number(plan[2]));
+      // `Get:1 URI suite/component arch name arch version [size]`
+      const get = /^Get:\d+ .* (\S+) \S+ \S+ \[[^\]]*\]$/.exec(line);
+      if (get?.[1]) counter.fetching(get[1]);
       return;
     }
     const dl = /^dlstatus:\d+:([\d.]+):.* (\d+) of (\d+)/.exec(line);
@@ -106,7 +110,8 @@ export function aptProgress(progress: ((p: ApplyProgress) => void) | undefined) 
     const pm = /^pmstatus:([^:]+):[\d.]+:(.*)$/.exec(line);
     if (!pm) return;
     const [, pkg = "", message = ""] = pm;
-    counter.installed(message.startsWith("Installed ") ? pkg : undefined);
+    const working = pkg === "dpkg-exec" ? undefined : pkg;
+    counter.installed(message.startsWith("Installed ") ? pkg : undefined, working);
   };
 }
 

@@ -127,8 +127,12 @@ export function dnfProgress(progress: ((p: ApplyProgress) => void) | undefined) 
       counter.setInstallTotal(total);
       return;
     }
-    const dl = /^\((\d+)\/(\d+)\): \S+\.rpm\b/.exec(line);
-    if (dl) return counter.downloaded(Number(dl[1]), Number(dl[2]));
+    const dl = /^\((\d+)\/(\d+)\): (\S+)\.rpm\b/.exec(line);
+    if (dl) {
+      // dnf names a file once it is downloaded: said with its count.
+      if (dl[3]) counter.fetching(dl[3], false);
+      return counter.downloaded(Number(dl[1]), Number(dl[2]));
+    }
     if (/^Running transaction\s*$/.test(line)) return counter.installed(undefined);
     const step = /^\s+(?:Installing|Upgrading|Downgrading|Reinstalling)\s+: (\S+)\s+\d+\/\d+/.exec(line);
     if (step) counter.installed(step[1]);
