@@ -15,6 +15,7 @@ import {
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
+import Database from "better-sqlite3";
 import { parseMaps, scanProcesses, unitOfCgroup } from "../../src/system/restart-scan.js";
 import { parseRestartOutput } from "../../src/system/services-restart.js";
 import { buildTestApp } from "../helpers/app.js";
@@ -246,7 +247,7 @@ type Found = { unit: string | null; pids: number[]; files: string[] }[];
 const lists = (found: Found, p: { pid: number; file: string }) =>
   found.some((s) => s.pids.includes(p.pid) && s.files.includes(p.file));
 
-test("apt: check-updates and apply-updates list the processes running replaced files; none turns it off", async (t) => {
+test("apt: check-updates and apply-updates list the processes running replaced files; older unit names read back as units; none turns it off", async (t) => {
   const repo = await buildAptRepo(
     t,
     [
@@ -264,7 +265,7 @@ test("apt: check-updates and apply-updates list the processes running replaced f
     HOSTKEEPER_NEEDRESTART: "none",
     HOSTKEEPER_REBOOT_COMMAND: "true",
   };
-  const { call } = await buildTestApp(t, env);
+  const { call, dataDir } = await buildTestApp(t, env);
   const replaced = await replacedProcess(t);
   const check = await call({ method: "POST", url: "/v1/system/check-updates" });
   assert.equal(check.statusCode, 200, check.body);
@@ -278,6 +279,19 @@ test("apt: check-updates and apply-updates list the processes running replaced f
   assert.ok(lists(apply.json().services_restart_required, replaced), apply.body);
   const status = await call({ method: "GET", url: `/v1/system/applies/${apply.json().id}` });
   assert.ok(lists(status.json().services_restart_required, replaced), status.body);
+
+  // An apply recorded before the scan holds needrestart's unit names: they read back as units.
+  const db = new Database(join(dataDir, "hostkeeper.db"));
+  const id = apply.json().id;
+  const row = db.prepare("SELECT result FROM system_applies WHERE id = ?").get(id) as { result: string };
+  const old = { ...JSON.parse(row.result), services_restart_required: ["cron.service"] };
+  db.prepare("UPDATE system_applies SET result = ? WHERE id = ?").run(JSON.stringify(old), id);
+  db.close();
+  const units = [{ unit: "cron.service", pids: [], files: [] }];
+  const before = await call({ method: "GET", url: `/v1/system/applies/${id}` });
+  assert.deepEqual(before.json().services_restart_required, units);
+  const [record] = (await call({ method: "GET", url: "/v1/system/apply-history" })).json().applies;
+  assert.deepEqual(record.services_restart_required, units);
 
   const off = await buildTestApp(t, { ...env, HOSTKEEPER_SERVICES_RESTART_COMMAND: "none" });
   const unasked = await off.call({ method: "POST", url: "/v1/system/check-updates" });
