@@ -102,8 +102,27 @@ async function readOrUndefined(path: string): Promise<string | undefined> {
   }
 }
 
-/** Per mount namespace: which devices are mounted there (undefined when its mountinfo cannot be read). */
-type MountCache = Map<string, Promise<Set<string> | undefined>>;
+/** What a scan learns once and reuses: per mount namespace, the devices mounted there (undefined when its
+ * mountinfo cannot be read); per namespace, root and path, the inode found there (null: nothing there). */
+interface ScanCache {
+  procRoot: string;
+  mounts: Map<string, Promise<Set<string> | undefined>>;
+  inodes: Map<string, Promise<number | null | undefined>>;
+}
+
+/** The inode at `path` in the process's own root; null when nothing is there, undefined when unknown. */
+async function inodeAt(c: ScanCache, pid: string, view: string, path: string) {
+  const key = `${view}\u0000${path}`;
+  let found = c.inodes.get(key);
+  if (found === undefined) {
+    found = stat(join(c.procRoot, pid, "root", path)).then(
+      (s) => s.ino,
+      (err: NodeJS.ErrnoException) => (err.code === "ENOENT" ? null : undefined),
+    );
+    c.inodes.set(key, found);
+  }
+  return found;
+}
 
 /**
  * The files of one process that were replaced or deleted since it mapped them: the kernel marked the mapping
@@ -114,35 +133,37 @@ type MountCache = Map<string, Promise<Set<string> | undefined>>;
  * in the process's namespace are the kernel's own memory (anonymous huge pages, AIO rings, shared memory
  * objects) and are left out.
  */
-async function replacedFiles(procRoot: string, pid: string, mounts: MountCache): Promise<string[]> {
-  const maps = await readOrUndefined(join(procRoot, pid, "maps"));
+async function replacedFiles(c: ScanCache, pid: string): Promise<string[]> {
+  const maps = await readOrUndefined(join(c.procRoot, pid, "maps"));
   if (maps === undefined) return [];
   const mapped = parseMaps(maps);
   if (mapped.length === 0) return [];
-  const ns = await readlink(join(procRoot, pid, "ns", "mnt")).catch(() => `pid ${pid}`);
-  if (!mounts.has(ns))
-    mounts.set(
+  const link = (name: string) => readlink(join(c.procRoot, pid, name)).catch(() => `pid ${pid}`);
+  const ns = await link("ns/mnt");
+  if (!c.mounts.has(ns))
+    c.mounts.set(
       ns,
-      readOrUndefined(join(procRoot, pid, "mountinfo")).then((t) =>
+      readOrUndefined(join(c.procRoot, pid, "mountinfo")).then((t) =>
         t === undefined ? t : mountedDevices(t),
       ),
     );
-  const mounted = await mounts.get(ns);
+  const mounted = await c.mounts.get(ns);
+  const view = `${ns}\u0000${await link("root")}`;
   const out = new Set<string>();
   for (const f of mapped) {
     if (mounted !== undefined && !mounted.has(decimalDevice(f.device))) continue;
-    if (f.deleted) {
-      out.add(f.path);
-      continue;
-    }
-    try {
-      if ((await stat(join(procRoot, pid, "root", f.path))).ino !== f.inode) out.add(f.path);
-    } catch (err) {
-      // Gone from the path without the kernel's mark: replaced too. Anything else (no permission): unknown.
-      if ((err as NodeJS.ErrnoException).code === "ENOENT") out.add(f.path);
-    }
+    // Gone from the path without the kernel's mark (null) is replaced too; unknown (no permission) is not.
+    const now = f.deleted ? null : await inodeAt(c, pid, view, f.path);
+    if (now !== undefined && now !== f.inode) out.add(f.path);
   }
-  return [...out];
+  if (out.size === 0) return [];
+  // A process that ended meanwhile finds nothing at its paths: it has nothing to restart.
+  return (await stat(join(c.procRoot, pid, "root")).then(
+    () => true,
+    () => false,
+  ))
+    ? [...out]
+    : [];
 }
 
 /** How many processes are read at once. */
@@ -155,12 +176,12 @@ const CONCURRENCY = 16;
  */
 export async function scanProcesses(procRoot = "/proc"): Promise<ServiceToRestart[]> {
   const pids = (await readdir(procRoot)).filter((e) => /^\d+$/.test(e));
-  const mounts: MountCache = new Map();
+  const cache: ScanCache = { procRoot, mounts: new Map(), inodes: new Map() };
   const byUnit = new Map<string | null, { pids: Set<number>; files: Set<string> }>();
   for (let i = 0; i < pids.length; i += CONCURRENCY) {
     await Promise.all(
       pids.slice(i, i + CONCURRENCY).map(async (pid) => {
-        const files = await replacedFiles(procRoot, pid, mounts);
+        const files = await replacedFiles(cache, pid);
         if (files.length === 0) return;
         const cgroup = await readOrUndefined(join(procRoot, pid, "cgroup"));
         const unit = cgroup === undefined ? null : unitOfCgroup(cgroup);

@@ -165,6 +165,10 @@ test("scan of a fabricated /proc: replaced and deleted files by unit, kernel mem
   // 106: in a mount namespace whose mountinfo cannot be read: no device is left out there.
   add(106, [line(9004, "/usr/bin/tool (deleted)", "00:2a")], "0::/\n", { mountNs: "mnt:[4026532001]" });
   mkdirSync(join(proc, "107"));
+  // 108 ended during the scan: its root leads nowhere any more, so its paths find nothing.
+  add(108, [line(kept, "/usr/lib/libkept.so")], "0::/system.slice/cron.service\n");
+  rmSync(join(proc, "108", "root"));
+  symlinkSync(join(proc, "108", "gone"), join(proc, "108", "root"));
   writeFileSync(join(proc, "self"), "");
 
   assert.deepEqual(await scanProcesses(proc), [
