@@ -38,6 +38,17 @@ export function progressLine(s: ApplyStatus, now: number): string {
   return `${progressOf(s)} (${seconds(s.duration_ms ?? now - Date.parse(s.started_at))})`;
 }
 
+/** The services to restart in one line (`to restart: cron.service (2 processes), ...`); none when empty. */
+export function restartLine(services: ApplyStatus["services_restart_required"]): string[] {
+  if (!services || services.length === 0) return [];
+  const each = services.map((r) => {
+    const n = plural(r.pids.length, "process", "processes");
+    if (r.unit === null) return `${n} of no service (pids ${r.pids.join(", ")})`;
+    return r.pids.length > 0 ? `${r.unit} (${n})` : r.unit;
+  });
+  return [`to restart: ${each.join(", ")}`];
+}
+
 /** What an apply did, in a few lines; its services to restart by unit, then the processes of no unit. */
 export function summaryLines(s: ApplyStatus): string[] {
   const lines = [
@@ -47,18 +58,7 @@ export function summaryLines(s: ApplyStatus): string[] {
   for (const h of s.held_back) lines.push(`  ${h.name} held back (${h.reason})`);
   const reboot = s.reboot_at === null ? "" : `; reboot at ${s.reboot_at}`;
   lines.push(`reboot required: ${cell(s.reboot_required)}${reboot}`);
-  const services = s.services_restart_required;
-  if (services && services.length > 0)
-    lines.push(
-      `to restart: ${services
-        .map((r) => {
-          const n = plural(r.pids.length, "process", "processes");
-          if (r.unit === null) return `${n} of no service (pids ${r.pids.join(", ")})`;
-          return r.pids.length > 0 ? `${r.unit} (${n})` : r.unit;
-        })
-        .join(", ")}`,
-    );
-  return lines;
+  return [...lines, ...restartLine(s.services_restart_required)];
 }
 
 /** Writes the live line over the previous one. */

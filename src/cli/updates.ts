@@ -3,7 +3,7 @@ import type { ApplyRecord, ApplyStatus, DownloadResult, SystemStatus } from "../
 import { plural } from "../util/text.js";
 import { type AgentClient, connect } from "./agent.js";
 import { type Command, type Invocation, positiveInteger, UsageError, usageLine } from "./args.js";
-import { follow, seconds } from "./follow.js";
+import { follow, restartLine, seconds } from "./follow.js";
 import { cell, print, table } from "./output.js";
 
 type CheckAnswer = Omit<SystemStatus, "updates"> & { updates: PackageUpdate[] };
@@ -44,6 +44,7 @@ const check: Command = {
           ]),
         ),
       );
+    for (const line of restartLine(s.services_restart_required)) print(line);
     return 0;
   },
 };

@@ -95,6 +95,7 @@ describe("updates", () => {
       HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
       HOSTKEEPER_REBOOT_REQUIRED_FILE: sandbox.rebootRequiredFile,
       HOSTKEEPER_NEEDRESTART: "none",
+      HOSTKEEPER_SERVICES_RESTART_COMMAND: "none",
       HOSTKEEPER_REBOOT_COMMAND: rebootMarker(dir).command,
     });
 
@@ -133,7 +134,13 @@ describe("updates", () => {
   });
 
   test("apply follows an async apply to its end in plain lines; follow shows it again; --json prints the records", async (t) => {
-    const { sandbox, agent } = await sandboxAgent(t, DEBS);
+    // A restart command standing in for needrestart: what it names ends the summary.
+    const dir = mkdtempSync(join(tmpdir(), "hk-cli-restart-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    writeFileSync(join(dir, "restart"), "#!/bin/sh\necho NEEDRESTART-SVC: cron.service\n", { mode: 0o755 });
+    const { sandbox, agent } = await sandboxAgent(t, DEBS, {
+      HOSTKEEPER_SERVICES_RESTART_COMMAND: join(dir, "restart"),
+    });
     const r = await runCli(["updates", "apply"], agent.env, { timeoutMs: 120_000 });
     assert.equal(r.code, 0, r.stderr);
     assert.ok(!r.stdout.includes("\r") && !r.stdout.includes("\x1b"), "no terminal control off a terminal");
@@ -149,7 +156,11 @@ describe("updates", () => {
       lines[end] ?? "",
       /^apply 1 completed in \d+\.\d s: 1 upgraded, 0 installed, 0 removed, 0 held back$/,
     );
-    assert.deepEqual(lines.slice(end + 1), ["  clisec 1.0 -> 1.1", "reboot required: no"]);
+    assert.deepEqual(lines.slice(end + 1), [
+      "  clisec 1.0 -> 1.1",
+      "reboot required: no",
+      "to restart: cron.service",
+    ]);
     assert.equal((await sandbox.installed()).clisec, "1.1");
 
     const again = await runCli(["updates", "follow", "1"], agent.env);
