@@ -103,58 +103,121 @@ async function readOrUndefined(path: string): Promise<string | undefined> {
 }
 
 /** What a scan learns once and reuses: per mount namespace, the devices mounted there (undefined when its
- * mountinfo cannot be read); per namespace, root and path, the inode found there (null: nothing there). */
+ * mountinfo cannot be read); per namespace, root and path, what `lookup` found there. */
 interface ScanCache {
   procRoot: string;
+  /** The view of the scanning process, when it can be read. */
+  reader?: View;
   mounts: Map<string, Promise<Set<string> | undefined>>;
-  inodes: Map<string, Promise<number | null | undefined>>;
+  inodes: Map<string, Promise<Found>>;
 }
 
-/** The inode at `path` in the process's own root; null when nothing is there, undefined when unknown. */
-async function inodeAt(c: ScanCache, pid: string, view: string, path: string) {
-  const key = `${view}\u0000${path}`;
-  let found = c.inodes.get(key);
-  if (found === undefined) {
-    found = stat(join(c.procRoot, pid, "root", path)).then(
-      (s) => s.ino,
-      (err: NodeJS.ErrnoException) => (err.code === "ENOENT" ? null : undefined),
+/** An inode; null: nothing at the path; undefined: unknown (no permission); `gone`: the process ended. */
+type Found = number | null | undefined | "gone";
+
+async function lookup(c: ScanCache, pid: string, path: string): Promise<Found> {
+  try {
+    return (await stat(join(c.procRoot, pid, "root", path))).ino;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") return undefined;
+    // Through the root of a process that has ended, every path is missing.
+    const alive = await stat(join(c.procRoot, pid, "root")).then(
+      () => true,
+      () => false,
     );
-    c.inodes.set(key, found);
+    return alive ? null : "gone";
   }
-  return found;
+}
+
+/**
+ * The inode at `path` in the process's own root, looked up once per view (namespace and root); null when
+ * nothing is there, undefined when unknown. A lookup made through a process that ended meanwhile says
+ * nothing of the path: it is made again through the asking one.
+ */
+async function inodeAt(
+  c: ScanCache,
+  pid: string,
+  view: string,
+  path: string,
+): Promise<number | null | undefined> {
+  const key = `${view}\u0000${path}`;
+  for (;;) {
+    const cached = c.inodes.get(key);
+    const found = cached ?? lookup(c, pid, path);
+    if (cached === undefined) c.inodes.set(key, found);
+    const r = await found;
+    if (r !== "gone") return r;
+    if (c.inodes.get(key) === found) c.inodes.delete(key);
+    // This process's own lookup: it has ended, and `replacedFiles` leaves it out.
+    if (cached === undefined) return undefined;
+  }
+}
+
+/** Where a process's paths are looked up: through its root (`pid`), as one view (namespace and root). */
+interface View {
+  pid: string;
+  key: string;
+}
+
+async function viewOf(c: ScanCache, pid: string): Promise<View & { ns: string }> {
+  const link = (name: string) => readlink(join(c.procRoot, pid, name)).catch(() => `pid ${pid}`);
+  const ns = await link("ns/mnt");
+  return { pid, ns, key: `${ns}\u0000${await link("root")}` };
+}
+
+/** The scanning process (`self`), whose root maps names files from; undefined when unreadable (a test's tree). */
+async function readerOf(procRoot: string): Promise<View | undefined> {
+  try {
+    const link = (name: string) => readlink(join(procRoot, "self", name));
+    return { pid: "self", key: `${await link("ns/mnt")}\u0000${await link("root")}` };
+  } catch {
+    return undefined;
+  }
+}
+
+/** The devices mounted in mount namespace `ns`, read from `pid`'s mountinfo; undefined when unreadable. */
+async function mountedIn(c: ScanCache, pid: string, ns: string): Promise<Set<string> | undefined> {
+  let reading = c.mounts.get(ns);
+  if (reading === undefined) {
+    reading = readOrUndefined(join(c.procRoot, pid, "mountinfo")).then((t) =>
+      t === undefined ? t : mountedDevices(t),
+    );
+    c.mounts.set(ns, reading);
+  }
+  const mounted = await reading;
+  // Unreadable (this process ended, say): the next process of the namespace reads its own.
+  if (mounted === undefined && c.mounts.get(ns) === reading) c.mounts.delete(ns);
+  return mounted;
 }
 
 /**
  * The files of one process that were replaced or deleted since it mapped them: the kernel marked the mapping
- * deleted, or its path, looked up in the process's own root (`/proc/<pid>/root`, so chroots and containers
- * see their own files), no longer leads to the mapped inode. Devices are not compared: btrfs subvolumes and
- * overlayfs give `stat` another device than maps shows for the same file, while an inode number cannot be
- * taken by a new file while the old one, still mapped, holds it. Mappings on a filesystem mounted nowhere
- * in the process's namespace are the kernel's own memory (anonymous huge pages, AIO rings, shared memory
- * objects) and are left out.
+ * deleted, or its path leads to the mapped inode neither in the process's own root (`/proc/<pid>/root`:
+ * a container sees its own files) nor in the agent's (maps names a file from the reader's root: a process
+ * that chrooted after mapping its libraries, like sshd's privilege separation or rpm's scriptlets, still
+ * runs the host's). Devices are not compared: btrfs subvolumes and overlayfs give `stat` another device
+ * than maps shows for the same file, while an inode number cannot be taken by a new file while the old one,
+ * still mapped, holds it. Mappings on a filesystem mounted nowhere in the process's namespace are the
+ * kernel's own memory (anonymous huge pages, AIO rings, shared memory objects) and are left out.
  */
 async function replacedFiles(c: ScanCache, pid: string): Promise<string[]> {
   const maps = await readOrUndefined(join(c.procRoot, pid, "maps"));
   if (maps === undefined) return [];
   const mapped = parseMaps(maps);
   if (mapped.length === 0) return [];
-  const link = (name: string) => readlink(join(c.procRoot, pid, name)).catch(() => `pid ${pid}`);
-  const ns = await link("ns/mnt");
-  if (!c.mounts.has(ns))
-    c.mounts.set(
-      ns,
-      readOrUndefined(join(c.procRoot, pid, "mountinfo")).then((t) =>
-        t === undefined ? t : mountedDevices(t),
-      ),
-    );
-  const mounted = await c.mounts.get(ns);
-  const view = `${ns}\u0000${await link("root")}`;
+  const own = await viewOf(c, pid);
+  const mounted = await mountedIn(c, pid, own.ns);
+  const views = c.reader === undefined || c.reader.key === own.key ? [own] : [own, c.reader];
   const out = new Set<string>();
   for (const f of mapped) {
     if (mounted !== undefined && !mounted.has(decimalDevice(f.device))) continue;
-    // Gone from the path without the kernel's mark (null) is replaced too; unknown (no permission) is not.
-    const now = f.deleted ? null : await inodeAt(c, pid, view, f.path);
-    if (now !== undefined && now !== f.inode) out.add(f.path);
+    if (f.deleted) {
+      out.add(f.path);
+      continue;
+    }
+    const found = await Promise.all(views.map((v) => inodeAt(c, v.pid, v.key, f.path)));
+    // Nothing there (null) or another inode is replaced; unknown everywhere (no permission) is not.
+    if (!found.includes(f.inode) && found.some((n) => n !== undefined)) out.add(f.path);
   }
   if (out.size === 0) return [];
   // A process that ended meanwhile finds nothing at its paths: it has nothing to restart.
@@ -177,6 +240,7 @@ const CONCURRENCY = 16;
 export async function scanProcesses(procRoot = "/proc"): Promise<ServiceToRestart[]> {
   const pids = (await readdir(procRoot)).filter((e) => /^\d+$/.test(e));
   const cache: ScanCache = { procRoot, mounts: new Map(), inodes: new Map() };
+  cache.reader = await readerOf(procRoot);
   const byUnit = new Map<string | null, { pids: Set<number>; files: Set<string> }>();
   for (let i = 0; i < pids.length; i += CONCURRENCY) {
     await Promise.all(

@@ -119,22 +119,26 @@ function fakeProc(t: After) {
   const mountinfo = `22 1 ${dev.decimal} / / rw,relatime shared:1 - ext4 /dev/vda rw\n`;
   const line = (inode: number, path: string, device = dev.hex) =>
     `7f0000000000-7f0000001000 r-xp 00000000 ${device} ${inode}          ${path}`;
-  const add = (pid: number, maps: string[], cgroup: string, o: { mountNs?: string } = {}) => {
+  const add = (
+    pid: number | "self",
+    maps: string[],
+    cgroup: string,
+    o: { mountNs?: string; mountinfo?: boolean; root?: string } = {},
+  ) => {
     const dir = join(proc, String(pid));
     mkdirSync(join(dir, "ns"), { recursive: true });
     writeFileSync(join(dir, "maps"), maps.map((l) => `${l}\n`).join(""));
     writeFileSync(join(dir, "cgroup"), cgroup);
-    // A mount namespace of its own has its own mountinfo, here one that cannot be read.
-    if (o.mountNs === undefined) writeFileSync(join(dir, "mountinfo"), mountinfo);
-    symlinkSync(fsroot, join(dir, "root"));
+    if (o.mountinfo !== false) writeFileSync(join(dir, "mountinfo"), mountinfo);
+    symlinkSync(o.root ?? fsroot, join(dir, "root"));
     symlinkSync(o.mountNs ?? "mnt:[4026531840]", join(dir, "ns", "mnt"));
   };
   const ino = (path: string) => statSync(join(fsroot, path)).ino;
-  return { proc, add, line, ino };
+  return { base, proc, add, line, ino };
 }
 
 test("scan of a fabricated /proc: replaced and deleted files by unit, kernel memory and unchanged files left out", async (t) => {
-  const { proc, add, line, ino } = fakeProc(t);
+  const { base, proc, add, line, ino } = fakeProc(t);
   const kept = ino("usr/lib/libkept.so");
   // 100 and 105: cron.service, one with a deleted executable, one with a library replaced in place (its
   // path now leads to another inode) and an unchanged one; an AIO ring on a filesystem mounted nowhere.
@@ -163,13 +167,33 @@ test("scan of a fabricated /proc: replaced and deleted files by unit, kernel mem
     "0::/system.slice/ok.service\n",
   );
   // 106: in a mount namespace whose mountinfo cannot be read: no device is left out there.
-  add(106, [line(9004, "/usr/bin/tool (deleted)", "00:2a")], "0::/\n", { mountNs: "mnt:[4026532001]" });
+  add(106, [line(9004, "/usr/bin/tool (deleted)", "00:2a")], "0::/\n", {
+    mountNs: "mnt:[4026532001]",
+    mountinfo: false,
+  });
   mkdirSync(join(proc, "107"));
   // 108 ended during the scan: its root leads nowhere any more, so its paths find nothing.
   add(108, [line(kept, "/usr/lib/libkept.so")], "0::/system.slice/cron.service\n");
   rmSync(join(proc, "108", "root"));
   symlinkSync(join(proc, "108", "gone"), join(proc, "108", "root"));
-  writeFileSync(join(proc, "self"), "");
+  // 109 chrooted into an empty folder after mapping its library (as sshd's privilege separation does):
+  // maps names the file from the scanner's root, where it is unchanged.
+  mkdirSync(join(base, "empty"));
+  add(109, [line(kept, "/usr/lib/libkept.so")], "0::/system.slice/ssh.service\n", {
+    root: join(base, "empty"),
+  });
+  // 110, in a container (a namespace and root of its own), maps its own libkept.so: found there, unchanged,
+  // though the scanner's root has another file at that path.
+  const container = join(base, "container");
+  mkdirSync(join(container, "usr/lib"), { recursive: true });
+  writeFileSync(join(container, "usr/lib/libkept.so"), "the container's");
+  const own = statSync(join(container, "usr/lib/libkept.so")).ino;
+  add(110, [line(own, "/usr/lib/libkept.so")], "0::/system.slice/docker.service\n", {
+    mountNs: "mnt:[4026532002]",
+    root: container,
+  });
+  // The scanner itself: its root is the fabricated one.
+  add("self", [], "0::/\n");
 
   assert.deepEqual(await scanProcesses(proc), [
     { unit: "cron.service", pids: [100, 105], files: ["/usr/lib/libswapped.so", "/usr/sbin/cron"] },
@@ -218,7 +242,8 @@ test("scan of this host: a copied executable and a copied library, both replaced
   );
   const mine = (found: Awaited<ReturnType<typeof scanProcesses>>) =>
     found.filter((s) => s.pids.includes(exePid) || s.pids.includes(libPid));
-  assert.deepEqual(mine(await scanProcesses()), [], "nothing replaced yet");
+  // Other processes of this host may be listed (with ours, when they share its cgroup): not ours yet.
+  assert.deepEqual(mine(await scanProcesses()), [], "nothing of ours replaced yet");
 
   replace(sleep, readFileSync("/bin/sleep"));
   replace(lib, readFileSync(lib));
