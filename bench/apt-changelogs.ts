@@ -64,7 +64,6 @@ try {
       hold: [],
       rebootRequiredFile: sandbox.rebootRequiredFile,
       needrestart: undefined,
-      servicesCommand: [],
       changelogTimeoutMs,
       lockTimeoutMs: 10_000,
       commandTimeoutMs: 600_000,

@@ -99,6 +99,13 @@ export function agentToken(config: AppConfig, source: ConfigSource): { value: st
   return { value: found.value, from: found.path };
 }
 
+export interface RequestOptions {
+  body?: unknown;
+  /** false: no bearer token (`/healthz`, `/readyz`). */
+  auth?: boolean;
+  headers?: Record<string, string>;
+}
+
 export interface AgentAnswer {
   status: number;
   /** The body as it came. */
@@ -121,14 +128,14 @@ export class AgentClient {
     private readonly tls?: ConnectionOptions,
   ) {}
 
-  /** Sends the request; any status is an answer. */
-  async request(
-    method: string,
-    path: string,
-    opts: { body?: unknown; auth?: boolean } = {},
-  ): Promise<AgentAnswer> {
+  /** Sends the request (with more `headers`, e.g. `prefer`); any status is an answer. */
+  async request(method: string, path: string, opts: RequestOptions = {}): Promise<AgentAnswer> {
     const payload = opts.body === undefined ? undefined : JSON.stringify(opts.body);
-    const headers: Record<string, string> = { accept: "application/json", "user-agent": this.userAgent };
+    const headers: Record<string, string> = {
+      ...opts.headers,
+      accept: "application/json",
+      "user-agent": this.userAgent,
+    };
     if (opts.auth !== false) headers.authorization = `Bearer ${this.token()}`;
     if (payload !== undefined) {
       headers["content-type"] = "application/json";
@@ -179,11 +186,7 @@ export class AgentClient {
   }
 
   /** Sends the request; an error status is thrown as an ApiProblem. */
-  async call(
-    method: string,
-    path: string,
-    opts: { body?: unknown; auth?: boolean } = {},
-  ): Promise<AgentAnswer> {
+  async call(method: string, path: string, opts: RequestOptions = {}): Promise<AgentAnswer> {
     const answer = await this.request(method, path, opts);
     if (answer.status >= 400) throw new ApiProblem(answer.status, answer.text);
     return answer;

@@ -42,7 +42,7 @@ const commands: Command[] = [
 
 const groups: Record<string, string> = {
   routes: "Reverse-proxy routes in Caddy, through the agent's API.",
-  updates: "System package updates: check, and the history of applies (applying is API-only).",
+  updates: "System package updates: check, apply and follow an apply, and the history of applies.",
   schedule: "The maintenance schedule: the windows the agent applies updates in on its own.",
   operator: "The operator's running instance and its updates.",
   config: "The agent's configuration.",
@@ -69,7 +69,7 @@ function topHelp(): string {
     "Every command but serve takes --json (the API's JSON as it came) and those that call the agent --timeout.",
     "The agent is found, and its token read, the way the agent itself reads its configuration.",
     "Exit codes: 0 success; 1 failure (a problem from the agent, the agent not reachable, the token",
-    "not readable); 2 usage error or invalid configuration.",
+    "not readable); 2 usage error or invalid configuration; 130 following an apply stopped by Ctrl-C.",
     "",
   ].join("\n");
 }

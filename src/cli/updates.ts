@@ -1,8 +1,9 @@
 import { highestSeverity, type PackageUpdate } from "../system/package-manager.js";
-import type { ApplyRecord, SystemStatus } from "../system/schemas.js";
+import type { ApplyRecord, ApplyStatus, DownloadResult, SystemStatus } from "../system/schemas.js";
 import { plural } from "../util/text.js";
-import { connect } from "./agent.js";
-import { type Command, positiveInteger } from "./args.js";
+import { type AgentClient, connect } from "./agent.js";
+import { type Command, type Invocation, positiveInteger, UsageError, usageLine } from "./args.js";
+import { follow, restartLine, seconds } from "./follow.js";
 import { cell, print, table } from "./output.js";
 
 type CheckAnswer = Omit<SystemStatus, "updates"> & { updates: PackageUpdate[] };
@@ -13,8 +14,7 @@ const check: Command = {
   summary: "Refresh the package lists and list the available updates.",
   details: [
     "POST /v1/system/check-updates: the agent waits for the package manager's lock and runs it, which",
-    "can take minutes.",
-    "Applying updates is done through the API only.",
+    "can take minutes. `hostkeeper updates apply` applies them.",
   ],
   timeoutSeconds: 1800,
   run: async (inv) => {
@@ -44,6 +44,7 @@ const check: Command = {
           ]),
         ),
       );
+    for (const line of restartLine(s.services_restart_required)) print(line);
     return 0;
   },
 };
@@ -103,4 +104,95 @@ const history: Command = {
   },
 };
 
-export const updatesCommands: Command[] = [check, history];
+/** Where the live line or the plain lines go: a terminal gets one line rewritten in place. */
+const terminal = () => ({ tty: process.stdout.isTTY === true, columns: process.stdout.columns });
+
+/** `--download-only`: the synchronous download-updates, with the time it has taken so far on a terminal. */
+async function downloadOnly(client: AgentClient, type: string, inv: Invocation): Promise<number> {
+  const started = Date.now();
+  const { tty } = terminal();
+  const saying = () => `downloading ${type} updates (${seconds(Date.now() - started)})`;
+  const ticker =
+    tty && !inv.json ? setInterval(() => process.stdout.write(`\r\x1b[2K${saying()}`), 200) : undefined;
+  if (!tty && !inv.json) print(`downloading ${type} updates`);
+  let text: string;
+  try {
+    text = (await client.call("POST", "/v1/system/download-updates", { body: { update_type: type } })).text;
+  } finally {
+    clearInterval(ticker);
+    if (ticker) process.stdout.write("\n");
+  }
+  if (inv.json) {
+    print(text);
+    return 0;
+  }
+  const d = JSON.parse(text) as DownloadResult;
+  print(
+    `downloaded ${plural(d.downloaded.length, "file")} (${d.bytes} bytes) for ${plural(d.packages.length, "package")} in ${seconds(d.duration_ms)}`,
+  );
+  if (d.packages.length > 0)
+    print(
+      table(
+        ["PACKAGE", "ARCH", "CURRENT", "NEW"],
+        d.packages.map((p) => [p.name, p.arch, p.current_version, p.new_version]),
+      ),
+    );
+  return 0;
+}
+
+const apply: Command = {
+  words: ["updates", "apply"],
+  positionals: { min: 0, max: 0 },
+  summary: "Apply updates in the background and follow the apply until it is over.",
+  details: [
+    "POST /v1/system/apply-updates with Prefer: respond-async (security updates unless --full), then",
+    "GET /v1/system/applies/<id> every half second: packages downloaded and installed of the total, the",
+    "package worked on and the time so far, on one live line on a terminal, a line per change otherwise;",
+    "--json prints each new status record, one per line. Exits 1 when the apply fails or is refused.",
+    "Ctrl-C stops following only: the apply goes on (hostkeeper updates follow <id>), exit code 130.",
+    "--download-only runs POST /v1/system/download-updates instead and waits for it.",
+  ],
+  options: [
+    { name: "full", doc: "All updates, not only security ones (update_type full)." },
+    { name: "reboot", doc: "Reboot after the apply when it requires one (auto_reboot)." },
+    { name: "download-only", doc: "Only download what the apply would install; installs nothing." },
+  ],
+  timeoutSeconds: 1800,
+  run: async (inv) => {
+    const type = inv.options.full === true ? "full" : "security";
+    const downloadOnlyAsked = inv.options["download-only"] === true;
+    if (downloadOnlyAsked && inv.options.reboot === true)
+      throw new UsageError("--reboot does not go with --download-only", usageLine(apply));
+    const client = connect(inv.timeoutMs);
+    if (downloadOnlyAsked) return downloadOnly(client, type, inv);
+    const answer = await client.call("POST", "/v1/system/apply-updates", {
+      body: { update_type: type, auto_reboot: inv.options.reboot === true },
+      headers: { prefer: "respond-async" },
+    });
+    const status = JSON.parse(answer.text) as ApplyStatus;
+    return follow(client, status.id, { json: inv.json, ...terminal() }, answer.text);
+  },
+};
+
+const followCommand: Command = {
+  words: ["updates", "follow"],
+  args: "<apply_id>",
+  positionals: { min: 1, max: 1 },
+  summary: "Follow an apply (any, also one that is over) until it is over, as updates apply does.",
+  details: [
+    "GET /v1/system/applies/<id> every half second, shown as `updates apply` shows it; an apply that is",
+    "over is shown once. Exits 1 when the apply failed or was interrupted, 130 on Ctrl-C.",
+  ],
+  timeoutSeconds: 30,
+  run: async (inv) => {
+    let id: number;
+    try {
+      id = positiveInteger(inv.positionals[0] as string);
+    } catch (err) {
+      throw new UsageError(`<apply_id> ${(err as Error).message}`, usageLine(followCommand));
+    }
+    return follow(connect(inv.timeoutMs), id, { json: inv.json, ...terminal() });
+  },
+};
+
+export const updatesCommands: Command[] = [check, apply, followCommand, history];

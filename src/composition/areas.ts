@@ -17,6 +17,7 @@ import { generateWebhookSecret, loadOrCreateSecret } from "../store/secrets.js";
 import { ScheduleService } from "../system/schedule.js";
 import { createPackageManager } from "../system/select.js";
 import { SystemService } from "../system/service.js";
+import { RestartFinder } from "../system/services-restart.js";
 
 /** Every area's service, with the shared mechanisms and adapters they were given. */
 export interface Areas {
@@ -132,6 +133,13 @@ function buildSystem(config: AppConfig, db: Db, logger: Logger, o: Shared): Syst
     db,
     metrics: o.metrics,
     manager: createPackageManager(system, process.env, log),
+    restarts: new RestartFinder({
+      command: system.servicesRestartCommand,
+      procRoot: "/proc",
+      env: process.env,
+      timeoutMs: system.commandTimeoutMs,
+    }),
+    minFreeMb: system.minFreeMb,
     lockTimeoutMs: system.lockTimeoutMs,
     rebootCommand: system.rebootCommand,
     rebootDelayMs: system.rebootDelayMs,

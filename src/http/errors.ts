@@ -45,6 +45,7 @@ export const problemCodes = {
   proxy_rollback_failed: { status: 503, title: "Proxy change failed and rollback failed" },
   running_instance_unavailable: { status: 503, title: "Running instance unavailable" },
   operator_not_configured: { status: 503, title: "Operator self-update is not configured" },
+  insufficient_storage: { status: 507, title: "Insufficient storage" },
 } as const satisfies Record<string, { status: number; title: string }>;
 
 export type ProblemCode = keyof typeof problemCodes;

@@ -2,6 +2,7 @@ import type { Outbox } from "../events/outbox.js";
 import type { Db } from "../store/db.js";
 import { ApplyNotFoundError } from "./errors.js";
 import type { ApplyChanges, ApplyProgress, PackageUpdate, Recovery } from "./package-manager.js";
+import type { ServiceToRestart } from "./restart-scan.js";
 import type { ApplyRecord, ApplyState, ApplyStatus, RebootReport } from "./schemas.js";
 
 export interface ApplyRow {
@@ -34,11 +35,18 @@ export type ApplyTrigger = "api" | "schedule";
 export type StoredResult = ApplyChanges & {
   reboot_required: boolean;
   reboot_scheduled: boolean;
-  services_restart_required?: string[] | null;
+  /** Results stored before the agent's own scan hold unit names (what needrestart listed). */
+  services_restart_required?: ServiceToRestart[] | string[] | null;
 };
 export type Progress = ApplyStatus["progress"];
 
 const json = <T>(text: string | null): T | null => (text === null ? null : (JSON.parse(text) as T));
+
+/** Services to restart as stored: a unit name of an older result becomes a unit without known processes. */
+function servicesOf(stored: StoredResult["services_restart_required"]): ServiceToRestart[] | null {
+  if (stored === undefined || stored === null) return null;
+  return stored.map((s) => (typeof s === "string" ? { unit: s, pids: [], files: [] } : s));
+}
 
 /** An apply's package lists and reboot flags from its stored result; empty until it is over. */
 export function changesOf(stored: string | null) {
@@ -49,7 +57,7 @@ export function changesOf(stored: string | null) {
     removed: result?.removed ?? [],
     held_back: result?.held_back ?? [],
     reboot_required: result?.reboot_required ?? null,
-    services_restart_required: result?.services_restart_required ?? null,
+    services_restart_required: servicesOf(result?.services_restart_required),
     reboot_scheduled: result?.reboot_scheduled ?? false,
   };
 }
@@ -208,7 +216,8 @@ export class ApplyStore {
       auto_reboot: row.auto_reboot === 1,
       package_manager: row.package_manager,
       callback_url: row.callback_url,
-      progress: liveProgress ?? json<Progress>(row.progress) ?? { download: null, install: null },
+      // Progress recorded before `current` existed has none.
+      progress: { ...NO_PROGRESS, ...(liveProgress ?? json<Progress>(row.progress)) },
       planned: planned.map((u) => ({
         name: u.name,
         arch: u.arch,
@@ -267,8 +276,12 @@ export class ApplyStore {
 /** Progress as the status shows it, updated from an adapter's report. */
 export function nextProgress(p: Progress, report: ApplyProgress): Progress {
   const count = { done: report.done, total: report.total };
-  if (report.phase === "downloading") return { ...p, download: count };
+  const current = report.current ?? null;
+  if (report.phase === "downloading") return { ...p, download: count, current };
   // Installing starts when downloading is over: what was to download is downloaded (none: nothing was).
   const download = p.download ? { done: p.download.total, total: p.download.total } : { done: 0, total: 0 };
-  return { download, install: count };
+  return { download, install: count, current };
 }
+
+/** Progress before the package manager reported any. */
+export const NO_PROGRESS: Progress = { download: null, install: null, current: null };

@@ -1,22 +1,32 @@
 import type { Logger } from "pino";
-import { type ApplyRow, type ApplyStore, nextProgress, type Progress, type StoredResult } from "./applies.js";
+import {
+  type ApplyRow,
+  type ApplyStore,
+  NO_PROGRESS,
+  nextProgress,
+  type Progress,
+  type StoredResult,
+} from "./applies.js";
 import { ApplyFailedError, isSystemError } from "./errors.js";
 import type { PackageLock } from "./mutex.js";
 import type { ApplyProgress, PackageManager } from "./package-manager.js";
 import type { Reboots } from "./reboot.js";
+import type { ServiceToRestart } from "./restart-scan.js";
 import type { ApplyResult, ApplyStatus } from "./schemas.js";
+import type { RestartFinder } from "./services-restart.js";
 
 export interface ApplyRunOptions {
   store: ApplyStore;
   manager: PackageManager;
   lock: PackageLock;
   reboots: Reboots;
+  restarts: Pick<RestartFinder, "find">;
   log: Logger;
 }
 
 type ApplyError = ApplyStatus["error"];
 /** What an apply that ran to its end records and answers. */
-type Installed = StoredResult & { services_restart_required: string[] | null };
+type Installed = StoredResult & { services_restart_required: ServiceToRestart[] | null };
 
 /**
  * The reboot a scheduled apply may end with: when one is required, or `always`; either only when the reboot
@@ -99,7 +109,7 @@ export class ApplyRun {
   private async install(row: ApplyRow): Promise<Installed> {
     const id = row.id;
     this.o.store.transition(id, "downloading");
-    this.live.set(id, { download: null, install: null });
+    this.live.set(id, NO_PROGRESS);
     const recovery = await this.o.manager.recover(this.o.store.previousInterrupted(id));
     if (recovery) {
       this.o.store.update(id, { recovery });
@@ -111,21 +121,21 @@ export class ApplyRun {
     });
     const rebootRequired = await this.o.manager.rebootRequired();
     // The packages are installed by now: a failure to list services must not turn the apply into a failure.
-    const services = await this.o.manager.servicesToRestart().catch((err: unknown) => {
+    const services = await this.o.restarts.find().catch((err: unknown) => {
       this.o.log.warn({ err }, "the services to restart could not be listed");
-      return undefined;
+      return null;
     });
     return {
       ...changes,
       reboot_required: rebootRequired,
-      services_restart_required: services ?? null,
+      services_restart_required: services,
       reboot_scheduled: row.auto_reboot === 1 && rebootRequired && !this.closed,
     };
   }
 
   /** Called from the package manager's output stream: it must not throw (the database may be closed by now). */
   private onProgress(id: number, report: ApplyProgress): void {
-    const before = this.live.get(id) ?? { download: null, install: null };
+    const before = this.live.get(id) ?? NO_PROGRESS;
     const progress = nextProgress(before, report);
     this.live.set(id, progress);
     if (report.phase !== "installing" || before.install !== null || this.closed) return;
@@ -160,7 +170,8 @@ export class ApplyRun {
         duration_ms: ms,
         error,
         ...(result === null ? {} : { result }),
-        ...(progress === undefined ? {} : { progress }),
+        // Nothing is being worked on once the apply is over.
+        ...(progress === undefined ? {} : { progress: { ...progress, current: null } }),
         ...reboot,
       },
     );

@@ -1,6 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { RefTo, StringEnum } from "../util/typebox.js";
-import { HeldReason, PackageManagerName, Pkg } from "./check-schemas.js";
+import { HeldReason, PackageManagerName, Pkg, servicesRestart } from "./check-schemas.js";
 
 /* The schemas of apply-updates and of an apply's status: its states, what it changed, its reboot. */
 
@@ -123,10 +123,9 @@ export const Changes = {
   ),
 };
 
-export const ServicesRestart = Type.Union([Type.Array(Type.String()), Type.Null()], {
-  description:
-    "systemd services still running code this apply replaced, to be restarted (apt: `needrestart -b -r l`, which lists and never restarts; dnf: `dnf needs-restarting -s`). Null when the host cannot tell (apt: needrestart is not installed) or the apply did not finish.",
-});
+export const ServicesRestart = servicesRestart(
+  "Services and processes still running code replaced or deleted by the end of the apply (by it or before), to be restarted: the agent's own scan of `/proc` after the apply (or `HOSTKEEPER_SERVICES_RESTART_COMMAND`), which lists and never restarts; services by name, then the processes of no service. Null when that setting is `none`, the scan or command failed, or the apply did not finish.",
+);
 
 export const ApplyResultSchema = Type.Object(
   {
@@ -162,7 +161,14 @@ export const ApplyStatusSchema = Type.Object(
     package_manager: PackageManagerName,
     callback_url: Type.Union([Type.String(), Type.Null()]),
     progress: Type.Object(
-      { download: Count, install: Count },
+      {
+        download: Count,
+        install: Count,
+        current: Type.Union([Type.String(), Type.Null()], {
+          description:
+            "The package the package manager works on now, as it last named it (apt: the package of its `Get:` line or dpkg step; dnf: the file it last downloaded, the package of its transaction step). Null before it named one, and once the apply is over.",
+        }),
+      },
       {
         additionalProperties: false,
         description:

@@ -18,6 +18,8 @@ export interface AptCommandsOptions {
 
 /** Where apt's configuration (APT_CONFIG included) puts what the agent reads and runs. */
 export interface AptPaths {
+  /** apt's root (`Dir`): `/`, or a sandbox's. */
+  root: string;
   /** dpkg's status file (`Dir::State::status`). */
   status: string;
   preferences: string;
@@ -146,6 +148,8 @@ export class AptCommands {
   aptPaths(): Promise<AptPaths> {
     this.paths ??= this.run("apt-config shell", "apt-config", [
       "shell",
+      "ROOT",
+      "Dir/d",
       "STATUS",
       "Dir::State::status/f",
       "PREFS",
@@ -158,6 +162,7 @@ export class AptCommands {
       (r) => {
         const value = (name: string) => new RegExp(`^${name}='([^']*)'$`, "m").exec(r.stdout)?.[1];
         return {
+          root: value("ROOT") ?? "/",
           status: value("STATUS") ?? "/var/lib/dpkg/status",
           preferences: value("PREFS") ?? "/etc/apt/preferences",
           archives: value("ARCHIVES") ?? "/var/cache/apt/archives/",

@@ -25,10 +25,25 @@ export function isSecurityOrigin(origin: string): boolean {
   return label === "Debian-Security" || suite.endsWith("-security");
 }
 
-/** `NEEDRESTART-SVC: name.service` lines of `needrestart -b`. */
-export function parseNeedrestartServices(stdout: string): string[] {
-  const units = [...stdout.matchAll(/^NEEDRESTART-SVC:\s*(\S+)/gm)].map((m) => m[1] as string);
-  return [...new Set(units)].sort();
+/** apt's sizes (`SizeToStr`): `5038 B`, `12.3 kB`, `1,024 MB`, in powers of 1000. */
+function aptBytes(number: string, unit: string): number {
+  return Math.round(Number(number.replaceAll(",", "")) * 1000 ** " kMGTPEZY".indexOf(unit || " "));
+}
+
+/**
+ * What `apt-get --print-uris` (like a real run) says before it would start: `Need to get 0 B/5038 B of
+ * archives.` (still to fetch, of the whole), `After this operation, 307 kB of additional disk space will be
+ * used.` (or `... disk space will be freed.`). Nothing to do prints neither: zero.
+ */
+export function parseAptSpace(stdout: string): { downloadBytes: number; installBytes: number } {
+  const get = /^Need to get ([\d.,]+) ([kMGTPEZY]?)B\b/m.exec(stdout);
+  const used = /^After this operation, ([\d.,]+) ([kMGTPEZY]?)B of additional disk space will be used/m.exec(
+    stdout,
+  );
+  return {
+    downloadBytes: get ? aptBytes(get[1] ?? "0", get[2] ?? "") : 0,
+    installBytes: used ? aptBytes(used[1] ?? "0", used[2] ?? "") : 0,
+  };
 }
 
 /** The upgrades in the output of `apt-get -s`, keyed by `packageKey`. New installs and removals are left out. */
@@ -72,7 +87,8 @@ export function aptErrorLines(r: CommandResult): string[] {
 /**
  * Progress of an apt-get run from its output: the plan line on stdout gives how many packages it installs,
  * `APT::Status-Fd` lines the downloads (`dlstatus:N:PERCENT:Retrieving file I of T`) and dpkg's steps
- * (`pmstatus:PKG:PERCENT:Installed PKG (arch)`).
+ * (`pmstatus:PKG:PERCENT:Installed PKG (arch)`); the package fetched now is named by stdout's `Get:` lines
+ * (a `file:` source has none: apt reads its packages in place).
  */
 export function aptProgress(progress: ((p: ApplyProgress) => void) | undefined) {
   const counter = progressCounter(progress);
@@ -80,6 +96,9 @@ export function aptProgress(progress: ((p: ApplyProgress) => void) | undefined) 
     if (stream === "stdout") {
       const plan = /^(\d+) upgraded, (\d+) newly installed, /.exec(line);
       if (plan) counter.setInstallTotal(Number(plan[1]) + Number(plan[2]));
+      // `Get:1 URI suite/component arch name arch version [size]`
+      const get = /^Get:\d+ .* (\S+) \S+ \S+ \[[^\]]*\]$/.exec(line);
+      if (get?.[1]) counter.fetching(get[1]);
       return;
     }
     const dl = /^dlstatus:\d+:([\d.]+):.* (\d+) of (\d+)/.exec(line);
@@ -91,7 +110,8 @@ export function aptProgress(progress: ((p: ApplyProgress) => void) | undefined) 
     const pm = /^pmstatus:([^:]+):[\d.]+:(.*)$/.exec(line);
     if (!pm) return;
     const [, pkg = "", message = ""] = pm;
-    counter.installed(message.startsWith("Installed ") ? pkg : undefined);
+    const working = pkg === "dpkg-exec" ? undefined : pkg;
+    counter.installed(message.startsWith("Installed ") ? pkg : undefined, working);
   };
 }
 

@@ -3,7 +3,7 @@ import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { fs } from "../util/node-builtins.js";
 import { AptAdvisories } from "./apt-advisories.js";
 import { AptCommands } from "./apt-commands.js";
-import { aptProgress, parseNeedrestartServices, type SimulatedUpgrade } from "./apt-output.js";
+import { aptProgress, parseAptSpace, type SimulatedUpgrade } from "./apt-output.js";
 import { finishInterruptedDpkg } from "./apt-recovery.js";
 import { commandFailed, lastLines } from "./command.js";
 import {
@@ -19,6 +19,8 @@ import {
   type PackageUpdate,
   packageFilesIn,
   type Recovery,
+  type SpaceNeeded,
+  type StoragePaths,
   type UpdateType,
   type UpgradeSteps,
   VERSION_TIMEOUT_MS,
@@ -35,8 +37,6 @@ export interface AptOptions {
   rebootRequiredFile: string;
   /** needrestart executable; used for the kernel status when it exists. */
   needrestart: string | undefined;
-  /** Lists the services to restart instead of `needrestart -b -r l` (same output); [] : not asked. */
-  servicesCommand: readonly string[] | undefined;
   /** Bound on reading the changelogs of one check (downloads included); 0 reads none. */
   changelogTimeoutMs: number;
   lockTimeoutMs: number;
@@ -152,21 +152,47 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     return finishInterruptedDpkg(this.apt);
   }
 
-  async upgrade(
-    type: UpdateType,
-    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void } = {},
-  ): Promise<void> {
+  /** The pins and the action of an upgrade of `type`. */
+  private upgradeOf(type: UpdateType): { pins: string; action: string[] } {
     // A held package's installed version is pinned above any candidate, so apt keeps it.
     const hold = this.o.hold.length
       ? `Package: ${this.o.hold.join(" ")}\nPin: release a=now\nPin-Priority: 1001\n\n`
       : "";
-    const pins = type === "security" ? hold + SECURITY_PINS : hold;
     // Phasing, holds and kept-back packages are apt's own decisions: nothing here overrides them.
     // Security updates never remove a package (upgrade --with-new-pkgs); a full upgrade is dist-upgrade.
-    const action = [
-      ...(type === "security" ? ["upgrade", "--with-new-pkgs"] : ["dist-upgrade"]),
-      ...(o.downloadOnly ? ["--download-only"] : []),
-    ];
+    return {
+      pins: type === "security" ? hold + SECURITY_PINS : hold,
+      action: type === "security" ? ["upgrade", "--with-new-pkgs"] : ["dist-upgrade"],
+    };
+  }
+
+  async storage(): Promise<StoragePaths> {
+    const { root, archives } = await this.apt.aptPaths();
+    return { root, cache: archives };
+  }
+
+  /** `apt-get --print-uris`: the same plan and sizes as the upgrade would print, without the lock or a download. */
+  async spaceNeeded(type: UpdateType): Promise<SpaceNeeded> {
+    const { pins, action } = this.upgradeOf(type);
+    const r = await this.apt.withPreferences(pins, (prefs) =>
+      this.apt.run(`apt-get --print-uris ${action.join(" ")}`, "apt-get", [
+        "-y",
+        "-q",
+        "--print-uris",
+        ...prefs,
+        ...action,
+      ]),
+    );
+    return parseAptSpace(r.stdout);
+  }
+
+  async upgrade(
+    type: UpdateType,
+    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void } = {},
+  ): Promise<void> {
+    const plan = this.upgradeOf(type);
+    const pins = plan.pins;
+    const action = [...plan.action, ...(o.downloadOnly ? ["--download-only"] : [])];
     await this.apt.withPreferences(pins, (prefs) =>
       this.apt.run(
         `apt-get ${action.join(" ")}`,
@@ -205,20 +231,6 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     // 2: an ABI-compatible kernel upgrade is pending, 3: a newer kernel version is installed.
     const ksta = /^NEEDRESTART-KSTA:\s*(\d+)/m.exec(r.stdout)?.[1];
     return ksta === "2" || ksta === "3";
-  }
-
-  /** needrestart's batch output (`-r l`: list, never restart); undefined when it is not installed or turned off. */
-  async servicesToRestart(): Promise<string[] | undefined> {
-    const command =
-      this.o.servicesCommand ??
-      (this.o.needrestart !== undefined && existsSync(this.o.needrestart)
-        ? [this.o.needrestart, "-b", "-r", "l"]
-        : []);
-    const [file, ...args] = command;
-    if (file === undefined) return undefined;
-    const r = await this.apt.exec(file, args);
-    if (r.code !== 0) throw commandFailed("needrestart -b -r l", r, lastLines(r.stderr, 5));
-    return parseNeedrestartServices(r.stdout);
   }
 
   /** `apt-get --version` starts `apt 2.6.1 (amd64)`; it reads no package state. */

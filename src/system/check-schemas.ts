@@ -43,6 +43,34 @@ export const AdvisorySchema = Type.Object(
   { additionalProperties: false, $id: "Advisory", title: "Advisory" },
 );
 
+export const ServiceToRestartSchema = Type.Object(
+  {
+    unit: Type.Union([Type.String(), Type.Null()], {
+      description:
+        "The systemd service of these processes: the innermost `.service` of their cgroup (a user's service, under `user@UID.service`, by its own name). Null for the processes of no service (a login session, a container's scope, a host without systemd). With a restart command, the unit it names.",
+    }),
+    pids: Type.Array(Type.Integer(), {
+      description:
+        "Its processes that map replaced or deleted files, ascending. Empty for a unit a restart command named (it does not say which).",
+    }),
+    files: Type.Array(Type.String(), {
+      description:
+        "The replaced or deleted files they map, by the path they had (inside the process's own root). Empty with a restart command.",
+    }),
+  },
+  {
+    additionalProperties: false,
+    $id: "ServiceToRestart",
+    title: "ServiceToRestart",
+    description:
+      "Processes that still map (`/proc/<pid>/maps`) an executable, a library or any other file that was replaced or deleted since, grouped by systemd service.",
+  },
+);
+
+/** Services and processes running replaced code: `description` says when. */
+export const servicesRestart = (description: string) =>
+  Type.Union([Type.Array(RefTo(ServiceToRestartSchema)), Type.Null()], { description });
+
 export const PackageUpdateSchema = Type.Object(
   {
     ...Pkg,
@@ -82,6 +110,9 @@ export const SystemStatusSchema = Type.Object(
       description:
         "Whether the host needs a reboot now (apt: the reboot-required flag file, or needrestart's kernel status; dnf: `dnf needs-restarting -r`).",
     }),
+    services_restart_required: servicesRestart(
+      "Services and processes running replaced or deleted files now, found as after an apply (see `ApplyResult`); services by name, then the processes of no service. Null when `HOSTKEEPER_SERVICES_RESTART_COMMAND` is `none` or the scan or command failed.",
+    ),
     package_manager: PackageManagerName,
     checked_at: Type.String({ format: "date-time" }),
     severity_counts: Type.Object(

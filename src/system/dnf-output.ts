@@ -96,18 +96,6 @@ export function parseVersionLocks(stdout: string): Map<string, string> {
   return out;
 }
 
-/** `dnf needs-restarting -s`: one systemd unit per line. */
-export function parseUnits(stdout: string): string[] {
-  return [
-    ...new Set(
-      stdout
-        .split("\n")
-        .map((l) => l.trim())
-        .filter((l) => /^\S+\.[a-z]+$/.test(l)),
-    ),
-  ].sort();
-}
-
 /** With `exit_on_lock`, dnf says `metadata already locked by 123` and `The application with PID 123 is: dnf`. */
 export function dnfLockHolder(r: CommandResult): LockHolder | undefined {
   const text = `${r.stderr}\n${r.stdout}`;
@@ -139,12 +127,54 @@ export function dnfProgress(progress: ((p: ApplyProgress) => void) | undefined) 
       counter.setInstallTotal(total);
       return;
     }
-    const dl = /^\((\d+)\/(\d+)\): \S+\.rpm\b/.exec(line);
-    if (dl) return counter.downloaded(Number(dl[1]), Number(dl[2]));
+    const dl = /^\((\d+)\/(\d+)\): (\S+)\.rpm\b/.exec(line);
+    if (dl) {
+      // dnf names a file once it is downloaded: said with its count.
+      if (dl[3]) counter.fetching(dl[3], false);
+      return counter.downloaded(Number(dl[1]), Number(dl[2]));
+    }
     if (/^Running transaction\s*$/.test(line)) return counter.installed(undefined);
     const step = /^\s+(?:Installing|Upgrading|Downgrading|Reinstalling)\s+: (\S+)\s+\d+\/\d+/.exec(line);
     if (step) counter.installed(step[1]);
   };
+}
+
+/** dnf's sizes (`format_number`): `999`, `5.9 k`, `12 M`, in powers of 1024. */
+function dnfBytes(number: string, unit: string): number {
+  return Math.round(Number(number) * 1024 ** " kMGTPEZY".indexOf(unit || " "));
+}
+
+/** Sections of dnf's transaction table whose packages are written to disk. */
+const WRITTEN =
+  /^(Installing|Upgrading|Reinstalling|Downgrading|Installing dependencies|Installing weak dependencies):$/;
+
+/**
+ * What `dnf --assumeno upgrade` prints before it would start: `Total download size: 12 k` (absent when
+ * every package is already in the cache) and the transaction table, whose packages to write are returned
+ * as `name-evr.arch`. The table is 80 columns wide off a terminal, so a long name is alone on its line and
+ * the rest of its row follows on the next.
+ */
+export function parseDnfTransaction(stdout: string): { downloadBytes: number; packages: string[] } {
+  const dl = /^Total download size: ([\d.]+) ?([kMGTPEZY]?)\s*$/m.exec(stdout);
+  const packages: string[] = [];
+  let inSection = false;
+  let pendingName: string | undefined;
+  for (const line of stdout.split("\n")) {
+    if (/^\S/.test(line)) {
+      inSection = WRITTEN.test(line.trim());
+      pendingName = undefined;
+      continue;
+    }
+    if (!inSection) continue;
+    const cols = line.trim().split(/\s+/);
+    if (line.startsWith("     replacing")) continue;
+    if (pendingName !== undefined && cols.length >= 3) {
+      packages.push(`${pendingName}-${cols[1]}.${cols[0]}`);
+      pendingName = undefined;
+    } else if (cols.length === 1 && cols[0]) pendingName = cols[0];
+    else if (cols.length >= 5) packages.push(`${cols[0]}-${cols[2]}.${cols[1]}`);
+  }
+  return { downloadBytes: dl ? dnfBytes(dl[1] ?? "0", dl[2] ?? "") : 0, packages };
 }
 
 /** The `cachedir` of dnf's `[main]` section in `conf` (dnf's default when unset). */

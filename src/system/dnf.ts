@@ -9,8 +9,8 @@ import {
   dnfLockHolder,
   dnfProgress,
   nevraKey,
+  parseDnfTransaction,
   parseQuery,
-  parseUnits,
   parseUpdateInfo,
   parseVersionLocks,
   QF,
@@ -29,6 +29,8 @@ import {
   packageFilesIn,
   packageKey,
   type Recovery,
+  type SpaceNeeded,
+  type StoragePaths,
   type UpdateType,
   type UpgradeSteps,
   VERSION_TIMEOUT_MS,
@@ -42,8 +44,6 @@ export interface DnfOptions {
   /** dnf `--installroot`; undefined manages this host. */
   installroot: string | undefined;
   hold: readonly string[];
-  /** Lists the services to restart instead of `dnf needs-restarting -s`; undefined: that; [] : not asked. */
-  servicesCommand: readonly string[] | undefined;
   lockTimeoutMs: number;
   commandTimeoutMs: number;
 }
@@ -158,18 +158,6 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
     return parseVersionLocks(r.stdout);
   }
 
-  /** `dnf needs-restarting -s` (or the configured command): the systemd units running outdated files. */
-  async servicesToRestart(): Promise<string[] | undefined> {
-    const [file, args] =
-      this.o.servicesCommand === undefined
-        ? ["dnf", [...this.base, "needs-restarting", "-s"]]
-        : [this.o.servicesCommand[0], this.o.servicesCommand.slice(1)];
-    if (file === undefined) return undefined;
-    const r = await runCommand(file, args, { env: this.env, timeoutMs: this.o.commandTimeoutMs });
-    if (r.code !== 0) throw commandFailed("dnf needs-restarting -s", r, dnfErrorLines(r));
-    return parseUnits(r.stdout);
-  }
-
   apply(type: UpdateType, listener?: ApplyListener): Promise<ApplyChanges> {
     return applyUpdates(this, type, listener);
   }
@@ -180,10 +168,42 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
 
   /** The packages under dnf's cache folder (`cachedir` of its configuration, inside the install root). */
   async cachedFiles(): Promise<Map<string, number>> {
-    const root = this.o.installroot ?? "";
-    const conf = join(root || "/", "etc/dnf/dnf.conf");
-    const dir = dnfCacheDir(existsSync(conf) ? readFileSync(conf, "utf8") : "");
-    return packageFilesIn(join(root || "/", dir));
+    return packageFilesIn((await this.storage()).cache);
+  }
+
+  async storage(): Promise<StoragePaths> {
+    const root = this.o.installroot ?? "/";
+    const conf = join(root, "etc/dnf/dnf.conf");
+    return { root, cache: join(root, dnfCacheDir(existsSync(conf) ? readFileSync(conf, "utf8") : "")) };
+  }
+
+  /**
+   * `dnf --assumeno` on the cached metadata: what the upgrade would download, and the installed size of
+   * every package it writes (`repoquery %{installsize}`), counted as if nothing were freed: dnf prints the
+   * growth of installonly packages (kernels) only.
+   */
+  async spaceNeeded(type: UpdateType): Promise<SpaceNeeded> {
+    const { options, action } = this.upgradeOf(type);
+    const args = [...this.base.filter((a) => a !== "-q"), "-C", "--assumeno", ...options, ...action];
+    const r = await runCommand("dnf", args, { env: this.env, timeoutMs: this.o.commandTimeoutMs });
+    // --assumeno ends every plan with exit 1 ("Operation aborted."); the plan is what shows it worked.
+    if (!/^(Transaction Summary|Nothing to do\.)\s*$/m.test(r.stdout))
+      throw commandFailed(`dnf --assumeno ${action.join(" ")}`, r, dnfErrorLines(r));
+    const { downloadBytes, packages } = parseDnfTransaction(r.stdout);
+    if (packages.length === 0) return { downloadBytes, installBytes: 0 };
+    // repoquery prints each distinct line once: the package is on the line with its size.
+    const sizes = await this.run("dnf repoquery", [
+      "-C",
+      "repoquery",
+      "--qf=%{name}-%{evr}.%{arch}\t%{installsize}",
+      "--",
+      ...packages,
+    ]);
+    const installBytes = sizes.stdout
+      .split("\n")
+      .map((l) => /\t(\d+)$/.exec(l)?.[1])
+      .reduce((n, size) => n + Number(size ?? 0), 0);
+    return { downloadBytes, installBytes };
   }
 
   /**
@@ -216,15 +236,20 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
     type: UpdateType,
     o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void } = {},
   ): Promise<void> {
-    const action = [
-      ...(type === "security" ? ["upgrade-minimal", "--security"] : ["upgrade"]),
-      ...(o.downloadOnly ? ["--downloadonly"] : []),
-    ];
+    const plan = this.upgradeOf(type);
+    const action = [...plan.action, ...(o.downloadOnly ? ["--downloadonly"] : [])];
+    const onLine = o.progress ? dnfProgress(o.progress) : undefined;
+    await this.run(`dnf ${action.join(" ")}`, ["-y", ...plan.options, ...action], onLine);
+  }
+
+  /** The options and the action of an upgrade of `type`. */
+  private upgradeOf(type: UpdateType): { options: string[]; action: string[] } {
     // --nobest: a package whose newest version cannot be installed (e.g. it needs a held one) is kept
     // back, as apt does, instead of failing the whole transaction.
-    const exclude = this.o.hold.flatMap((name) => ["--exclude", name]);
-    const onLine = o.progress ? dnfProgress(o.progress) : undefined;
-    await this.run(`dnf ${action.join(" ")}`, ["-y", "--nobest", ...exclude, ...action], onLine);
+    return {
+      options: ["--nobest", ...this.o.hold.flatMap((name) => ["--exclude", name])],
+      action: type === "security" ? ["upgrade-minimal", "--security"] : ["upgrade"],
+    };
   }
 
   async installed(): Promise<Map<string, InstalledPackage>> {

@@ -81,6 +81,33 @@ export class ScheduleNotFoundError extends Error {
   }
 }
 
+/** A filesystem without the room an operation needs: free and needed in MB (MiB). */
+export interface ShortFilesystem {
+  path: string;
+  free_mb: number;
+  needed_mb: number;
+}
+
+/**
+ * A download or an apply refused before it started (nothing was recorded or changed): a filesystem it would
+ * write has less free space than the package manager says it needs, plus the minimum to keep free.
+ */
+export class InsufficientStorageError extends Error {
+  readonly code = "insufficient_storage";
+
+  constructor(
+    readonly operation: "download" | "apply",
+    readonly filesystems: readonly ShortFilesystem[],
+    minFreeMb: number,
+  ) {
+    const each = filesystems.map((f) => `${f.path} has ${f.free_mb} MB free of ${f.needed_mb} MB needed`);
+    super(
+      `not enough free space to ${operation} the updates: ${each.join("; ")} (what the package manager downloads and installs, plus ${minFreeMb} MB kept free)`,
+    );
+    this.name = "InsufficientStorageError";
+  }
+}
+
 export type SystemError = CommandError | PackageManagerBusyError;
 
 export const isSystemError = (err: unknown): err is SystemError =>

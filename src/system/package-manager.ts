@@ -88,6 +88,8 @@ export interface ApplyProgress {
   phase: "downloading" | "installing";
   done: number;
   total: number;
+  /** The package the manager last named (being fetched, unpacked or configured), once it named one. */
+  current?: string;
 }
 
 /** What an apply reports while it runs: the planned updates once known, then its progress. */
@@ -122,6 +124,18 @@ export interface Recovery {
   lines: string[];
 }
 
+/** Where a package manager writes: the root it installs into (`/`, or a sandbox's) and its download cache. */
+export interface StoragePaths {
+  root: string;
+  cache: string;
+}
+
+/** What the package manager says an upgrade needs: bytes still to download, and the growth of installed files. */
+export interface SpaceNeeded {
+  downloadBytes: number;
+  installBytes: number;
+}
+
 /** The one interface of the system area to a package manager; chosen in `select.ts`. */
 export interface PackageManager {
   readonly name: PackageManagerName;
@@ -137,8 +151,9 @@ export interface PackageManager {
    */
   recover(afterInterruption: boolean): Promise<Recovery | null>;
   rebootRequired(): Promise<boolean>;
-  /** The services running outdated code after an apply; undefined when this host cannot tell. */
-  servicesToRestart(): Promise<string[] | undefined>;
+  storage(): Promise<StoragePaths>;
+  /** What an upgrade of `type` would download and add, from the package lists as they are (no refresh, no lock). */
+  spaceNeeded(type: UpdateType): Promise<SpaceNeeded>;
   /** The package manager's own version (`2.6.1`), read from the program; undefined when it cannot say. */
   version(): Promise<string | undefined>;
 }
@@ -239,19 +254,35 @@ export function progressCounter(progress: ((p: ApplyProgress) => void) | undefin
   const installed = new Set<string>();
   let installTotal: number | undefined;
   let installing = false;
+  let download = { done: 0, total: 0 };
+  let current: string | undefined;
+  const named = () => (current === undefined ? {} : { current });
   return {
     setInstallTotal(n: number) {
       installTotal = n;
     },
     downloaded(done: number, total: number) {
-      if (!installing) progress?.({ phase: "downloading", done, total });
+      download = { done, total };
+      if (!installing) progress?.({ phase: "downloading", done, total, ...named() });
     },
-    /** A package reached its installed state; undefined: the installation phase started. */
-    installed(pkg: string | undefined) {
+    /** The manager named the package it fetches; `report`: say so now, else with the next counts. */
+    fetching(pkg: string, report = true) {
+      if (installing) return;
+      current = pkg;
+      if (report && download.total > 0) progress?.({ phase: "downloading", ...download, current });
+    },
+    /**
+     * A package reached its installed state (`pkg`); undefined: the installation phase started, or a step
+     * of it (unpacking, configuring) on package `working`, now the current one.
+     */
+    installed(pkg: string | undefined, working?: string) {
+      // A name from the downloads is no longer what the manager works on.
+      if (!installing) current = undefined;
       installing = true;
       if (pkg !== undefined) installed.add(pkg);
+      current = working ?? pkg ?? current;
       const done = installed.size;
-      progress?.({ phase: "installing", done, total: Math.max(done, installTotal ?? done) });
+      progress?.({ phase: "installing", done, total: Math.max(done, installTotal ?? done), ...named() });
     },
   };
 }

@@ -3,6 +3,7 @@ import {
   ApplyFailedError,
   ApplyNotFoundError,
   type CommandError,
+  InsufficientStorageError,
   isSystemError,
   PackageManagerBusyError,
   ScheduleNotFoundError,
@@ -36,6 +37,11 @@ export function systemProblem(err: unknown): ApiError | undefined {
   if (err instanceof ApplyNotFoundError) return new ApiError("apply_not_found", err.message, { cause: err });
   if (err instanceof ScheduleNotFoundError)
     return new ApiError("schedule_not_found", err.message, { cause: err });
+  if (err instanceof InsufficientStorageError)
+    return new ApiError("insufficient_storage", err.message, {
+      cause: err,
+      extensions: { filesystems: err.filesystems },
+    });
   if (err instanceof ApplyFailedError)
     return isSystemError(err.cause) ? problemOf(err.cause, { apply_id: err.applyId }) : undefined;
   return isSystemError(err) ? problemOf(err, {}) : undefined;

@@ -27,6 +27,7 @@ const PACKAGE_RUN_PROBLEMS = problemResponses(
   "unsupported_media_type",
   "package_manager_busy",
   "package_manager_failed",
+  "insufficient_storage",
 );
 
 /** The longest `Prefer: wait=` an async apply honours before answering 202. */
@@ -167,7 +168,7 @@ export function registerSystemRoutes(
     };
     const prefs = parsePrefer(request.headers.prefer);
     if (!prefs.has("respond-async")) return service.apply(type, autoReboot, who, callback);
-    const { status, done } = service.startApply(type, autoReboot, who, callback);
+    const { status, done } = await service.startApply(type, autoReboot, who, callback);
     const wait = preferredWaitSeconds(prefs);
     const applied = ["respond-async"];
     if (wait !== undefined && wait > 0) {

@@ -12,6 +12,7 @@ import {
   DownloadResultSchema,
   DownloadUpdatesRequestSchema,
   PackageUpdateSchema,
+  ServiceToRestartSchema,
   SystemStatusSchema,
 } from "./check-schemas.js";
 import { ApplyHistorySchema, ApplyRecordSchema, type RequesterSchema } from "./history-schemas.js";
@@ -31,6 +32,7 @@ import {
 export const systemSharedSchemas = [
   AdvisorySchema,
   PackageUpdateSchema,
+  ServiceToRestartSchema,
   SystemStatusSchema,
   ApplyUpdatesRequestSchema,
   DownloadUpdatesRequestSchema,

@@ -66,7 +66,8 @@ class NoPackageManager implements PackageManager {
   download = async () => this.fail();
   recover = async () => this.fail();
   rebootRequired = async () => this.fail();
-  servicesToRestart = async () => this.fail();
+  storage = async () => this.fail();
+  spaceNeeded = async () => this.fail();
   version = async () => undefined;
 }
 
@@ -80,7 +81,6 @@ export function createPackageManager(
   const common = {
     env,
     hold: s.holdPackages,
-    servicesCommand: s.servicesRestartCommand,
     lockTimeoutMs: s.lockTimeoutMs,
     commandTimeoutMs: s.commandTimeoutMs,
   };

@@ -6,6 +6,7 @@ import type { Db } from "../store/db.js";
 import { ApplyStore, type ApplyTrigger } from "./applies.js";
 import { ApplyRun, type RebootWindow } from "./apply-run.js";
 import type { BootSources } from "./boot.js";
+import { DiskGuard } from "./disk-guard.js";
 import { ApplyFailedError, PackageManagerBusyError } from "./errors.js";
 import { type LastCheck, LastCheckStore } from "./last-check.js";
 import { PackageLock } from "./mutex.js";
@@ -18,6 +19,7 @@ import {
   type UpdateType,
 } from "./package-manager.js";
 import { type BootStatus, Reboots } from "./reboot.js";
+import type { ServiceToRestart } from "./restart-scan.js";
 import type {
   ApplyRecord,
   ApplyResult,
@@ -26,10 +28,15 @@ import type {
   Requester,
   SystemStatus,
 } from "./schemas.js";
+import type { RestartFinder } from "./services-restart.js";
 
 export interface SystemServiceOptions {
   db: Db;
   manager: PackageManager;
+  /** Finds the services running replaced code, after each check and apply. */
+  restarts: Pick<RestartFinder, "find">;
+  /** HOSTKEEPER_MIN_FREE_MB: what the disk guard keeps free beyond what a download or apply needs. */
+  minFreeMb: number;
   /** How long a check or apply waits for another apply of this agent. */
   lockTimeoutMs: number;
   rebootCommand: readonly string[];
@@ -59,6 +66,7 @@ export class SystemService {
   private readonly lastChecks: LastCheckStore;
   private readonly reboots: Reboots;
   private readonly runs: ApplyRun;
+  private readonly guard: DiskGuard;
   private managerVersion: Promise<string | undefined> | undefined;
 
   constructor(private readonly o: SystemServiceOptions) {
@@ -80,8 +88,10 @@ export class SystemService {
       manager: o.manager,
       lock: this.lock,
       reboots: this.reboots,
+      restarts: o.restarts,
       log: o.log,
     });
+    this.guard = new DiskGuard({ manager: o.manager, minFreeMb: o.minFreeMb, log: o.log });
     // An apply still "running" in the database was cut short by a stop of the agent.
     for (const row of this.store.inStates(["queued", "downloading", "installing"])) {
       this.store.transition(row.id, "interrupted", {
@@ -110,6 +120,7 @@ export class SystemService {
   private async checkNow(): Promise<SystemStatus> {
     const updates = await this.o.manager.check();
     const rebootRequired = await this.o.manager.rebootRequired();
+    const services = await this.servicesToRestart();
     const security = updates.filter((u) => u.security).length;
     const checkedAt = new Date().toISOString();
     const severityCounts = Object.fromEntries(SEVERITIES.map((s) => [s, 0])) as Record<Severity, number>;
@@ -127,11 +138,20 @@ export class SystemService {
       regular_updates: updates.length - security,
       updates_available: updates.length > 0,
       reboot_required: rebootRequired,
+      services_restart_required: services,
       package_manager: this.o.manager.name,
       checked_at: checkedAt,
       severity_counts: severityCounts,
       updates,
     };
+  }
+
+  /** The services to restart now; null when not asked, or when finding them failed (logged: never fails a check). */
+  private servicesToRestart(): Promise<ServiceToRestart[] | null> {
+    return this.o.restarts.find().catch((err: unknown) => {
+      this.o.log.warn({ err }, "the services to restart could not be listed");
+      return null;
+    });
   }
 
   /** The last check that succeeded, across restarts of the agent; null before the first. */
@@ -158,23 +178,34 @@ export class SystemService {
     return this.managerVersion;
   }
 
-  /** Applies updates and records the apply; a reboot it schedules starts its delay as it ends. */
-  apply(type: UpdateType, autoReboot: boolean, who: Requester, callbackUrl?: string): Promise<ApplyResult> {
+  /**
+   * Applies updates and records the apply; a reboot it schedules starts its delay as it ends. The disk
+   * guard comes first: when it refuses (`InsufficientStorageError`), nothing is recorded.
+   */
+  async apply(
+    type: UpdateType,
+    autoReboot: boolean,
+    who: Requester,
+    callbackUrl?: string,
+  ): Promise<ApplyResult> {
+    await this.guard.check("apply", type);
     const id = this.create(type, autoReboot, who, callbackUrl, "api");
     return this.measured("apply", () => this.runs.run(id));
   }
 
   /**
-   * Starts an apply in the background and answers its status (`queued`) at once; `done` settles when the
-   * package work is over (and a reboot it schedules has started its delay).
+   * Starts an apply in the background and answers its status (`queued`) once it is recorded; `done` settles
+   * when the package work is over (and a reboot it schedules has started its delay). Rejects, recording
+   * nothing, when the disk guard refuses (`InsufficientStorageError`).
    */
-  startApply(
+  async startApply(
     type: UpdateType,
     autoReboot: boolean,
     who: Requester,
     callbackUrl?: string,
     origin: ApplyOrigin = {},
-  ): { status: ApplyStatus; done: Promise<void> } {
+  ): Promise<{ status: ApplyStatus; done: Promise<void> }> {
+    await this.guard.check("apply", type);
     const id = this.create(type, autoReboot, who, callbackUrl, origin.trigger ?? "api");
     // Started on the next turn, so the answer shows the apply `queued`, as it was accepted.
     const job = setImmediate()
@@ -193,8 +224,12 @@ export class SystemService {
     return this.store.status(this.store.get(id), this.runs.progress(id));
   }
 
-  /** Downloads what an apply of `type` would install, without installing; one at a time with checks and applies. */
-  download(type: UpdateType): Promise<DownloadResult> {
+  /**
+   * Downloads what an apply of `type` would install, without installing; one at a time with checks and
+   * applies. The disk guard comes first (`InsufficientStorageError`).
+   */
+  async download(type: UpdateType): Promise<DownloadResult> {
+    await this.guard.check("download", type);
     return this.lock.run(async () => {
       const started = new Date();
       const r = await this.o.manager.download(type);

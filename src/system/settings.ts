@@ -90,7 +90,7 @@ export const systemSettings = {
     key: "servicesRestartCommand",
     env: "HOSTKEEPER_SERVICES_RESTART_COMMAND",
     area: "system",
-    doc: "How an apply finds `services_restart_required`: `auto` runs `needrestart -b -r l` on apt hosts (list only, never restarts; not asked when needrestart is not installed) and `dnf needs-restarting -s` on dnf hosts; `none` asks nothing (the field is null); else a command, split at whitespace (no shell), printing what that tool prints.",
+    doc: "How check and apply find `services_restart_required`: `auto` is the agent's own read-only scan of `/proc` (processes mapping replaced or deleted files, by systemd unit); `none` finds nothing (the field is null); else a command, split at whitespace (no shell), such as `needrestart -b -r l` or `dnf needs-restarting -s`, whose units are listed without processes or files.",
     defaultText: "auto",
     default: undefined as string[] | undefined,
     parse: (raw) => {
@@ -99,6 +99,15 @@ export const systemSettings = {
       return s === "none" ? [] : s.split(/\s+/);
     },
     show: (argv) => (argv === undefined ? "auto" : argv.length === 0 ? "none" : argv.join(" ")),
+  }),
+  minFreeMb: setting({
+    key: "minFreeMb",
+    env: "HOSTKEEPER_MIN_FREE_MB",
+    area: "system",
+    doc: "Disk guard: MB (MiB) to keep free on each filesystem a download or apply writes (package cache, `/`, `/usr`, `/var`, `/boot`), beyond what the package manager says it needs; short of it, they are refused (507).",
+    defaultText: "500",
+    default: 500,
+    parse: parse.int(0, 1_000_000_000),
   }),
   aptChangelogTimeoutMs: setting({
     key: "aptChangelogTimeoutMs",

@@ -15,6 +15,8 @@ const COMMANDS = [
   ["routes", "add"],
   ["routes", "rm"],
   ["updates", "check"],
+  ["updates", "apply"],
+  ["updates", "follow"],
   ["updates", "history"],
   ["operator", "status"],
   ["config", "check"],

@@ -116,7 +116,7 @@ test("an async apply answers 202 at once and goes through its states, each repor
   assert.equal(accepted.state, "queued");
   assert.equal(r.headers.location, `/v1/system/applies/${accepted.id}`);
   assert.equal(r.headers["preference-applied"], "respond-async");
-  assert.deepEqual(accepted.progress, { download: null, install: null });
+  assert.deepEqual(accepted.progress, { download: null, install: null, current: null });
 
   const rebooting = await waitFor("the apply to reach rebooting", async () => {
     const s = await statusOf(h.call, accepted.id);
@@ -142,7 +142,11 @@ test("an async apply answers 202 at once and goes through its states, each repor
     "labslow",
   ]);
   // Four upgrades and one new dependency, each downloaded from the mirror and installed.
-  assert.deepEqual(rebooting.progress, { download: { done: 5, total: 5 }, install: { done: 5, total: 5 } });
+  assert.deepEqual(rebooting.progress, {
+    download: { done: 5, total: 5 },
+    install: { done: 5, total: 5 },
+    current: null,
+  });
   assert.equal(rebooting.reboot_required, true);
   assert.equal(rebooting.reboot.boot_id_before, "11111111-1111-4111-8111-111111111111");
   assert.equal(rebooting.reboot.kernel_before, "6.1.0-17-amd64");
@@ -347,6 +351,10 @@ test("one apply at a time: an async apply queued behind another fails busy after
   const first = (await start("full")).json();
   await waitFor("the first apply to install", async () =>
     (await statusOf(h.call, first.id)).state === "installing" ? true : undefined,
+  );
+  // Held by labslow's postinst: the package dpkg works on is named.
+  await waitFor("the first apply to name labslow", async () =>
+    (await statusOf(h.call, first.id)).progress.current === "labslow" ? true : undefined,
   );
   const second = await start("security");
   assert.equal(second.statusCode, 202, second.body);

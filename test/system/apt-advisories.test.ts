@@ -237,13 +237,16 @@ test("apt: a security apply keeps back the update that needs a removal; a full a
   );
 });
 
-test("apt: services_restart_required is needrestart's list after the apply", async (t) => {
-  // needrestart reads the host's own processes, which no test may inspect (and installing it adds an apt
-  // hook to the host): a stand-in that prints its batch format, and only once labsec 1.1 is installed.
+test("apt: with needrestart as the restart command, services_restart_required holds its units after the apply", async (t) => {
+  // Installing needrestart adds an apt hook to the host: a stand-in that prints its batch format, and only
+  // once labsec 1.1 is installed.
   const dir = mkdtempSync(join(tmpdir(), "hk-needrestart-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const fake = join(dir, "needrestart");
-  const { call, sandbox } = await setup(t, { HOSTKEEPER_NEEDRESTART: fake });
+  const { call, sandbox } = await setup(t, {
+    HOSTKEEPER_NEEDRESTART: fake,
+    HOSTKEEPER_SERVICES_RESTART_COMMAND: `${fake} -b -r l`,
+  });
   writeFileSync(
     fake,
     [
@@ -263,15 +266,20 @@ test("apt: services_restart_required is needrestart's list after the apply", asy
     url: "/v1/system/apply-updates",
     payload: { update_type: "security" },
   });
+  // needrestart names units, not their processes or files.
+  const units = [
+    { unit: "cron.service", pids: [], files: [] },
+    { unit: "labsec.service", pids: [], files: [] },
+  ];
   assert.equal(r.statusCode, 200, r.body);
-  assert.deepEqual(r.json().services_restart_required, ["cron.service", "labsec.service"]);
+  assert.deepEqual(r.json().services_restart_required, units);
   assert.equal(r.json().reboot_required, false);
   const status = await call({ method: "GET", url: `/v1/system/applies/${r.json().id}` });
-  assert.deepEqual(status.json().services_restart_required, ["cron.service", "labsec.service"]);
+  assert.deepEqual(status.json().services_restart_required, units);
 });
 
-test("apt: services_restart_required is null when needrestart is not installed", async (t) => {
-  const { call } = await setup(t);
+test("apt: services_restart_required is null when the restart command is none", async (t) => {
+  const { call } = await setup(t, { HOSTKEEPER_SERVICES_RESTART_COMMAND: "none" });
   const r = await call({
     method: "POST",
     url: "/v1/system/apply-updates",

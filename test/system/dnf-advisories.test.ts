@@ -138,8 +138,8 @@ test("dnf: a versionlocked package is reported held, and an apply holds it back 
 });
 
 test("dnf: services_restart_required lists what the restart check prints after the apply; null when not asked", async (t) => {
-  // `dnf needs-restarting -s` reads the host's own processes, which no test may inspect: a stand-in that
-  // prints in its format, and only once the apply has installed the new labmod in the root.
+  // `dnf needs-restarting -s` as the restart command would list the host's units: a stand-in that prints in
+  // its format, and only once the apply has installed the new labmod in the root.
   const dir = mkdtempSync(join(tmpdir(), "hk-restart-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const script = join(dir, "needs-restarting");
@@ -155,9 +155,13 @@ test("dnf: services_restart_required lists what the restart check prints after t
     payload: { update_type: "security" },
   });
   assert.equal(r.statusCode, 200, r.body);
-  assert.deepEqual(r.json().services_restart_required, ["cron.service", "labmod.service"]);
+  const units = [
+    { unit: "cron.service", pids: [], files: [] },
+    { unit: "labmod.service", pids: [], files: [] },
+  ];
+  assert.deepEqual(r.json().services_restart_required, units);
   const [rec] = (await call({ method: "GET", url: "/v1/system/apply-history" })).json().applies;
-  assert.deepEqual(rec.services_restart_required, ["cron.service", "labmod.service"]);
+  assert.deepEqual(rec.services_restart_required, units);
 
   const other = await setup(t);
   const n = await other.call({

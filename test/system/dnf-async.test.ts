@@ -101,7 +101,11 @@ test("dnf: download-updates fills dnf's cache without installing; the async appl
     return ["completed", "failed"].includes(s.state) ? s : undefined;
   });
   assert.equal(done.state, "completed", JSON.stringify(done.error));
-  assert.deepEqual(done.progress, { download: { done: 0, total: 0 }, install: { done: 4, total: 4 } });
+  assert.deepEqual(done.progress, {
+    download: { done: 0, total: 0 },
+    install: { done: 4, total: 4 },
+    current: null,
+  });
   assert.deepEqual(done.upgraded.map((p: { name: string }) => p.name).sort(), [
     "labkernel",
     "labreg",

@@ -63,7 +63,7 @@ async function setup(t: TestContext, env: Record<string, string> = {}, repoDir =
     HOSTKEEPER_REBOOT_COMMAND: reboot.command,
     HOSTKEEPER_REBOOT_DELAY_MS: "300",
     HOSTKEEPER_HOLD_PACKAGES: "labhold",
-    // needs-restarting -s would read the host's processes; see dnf-advisories.test.ts for the field.
+    // The scan of the host's processes would list whatever runs there: restart-scan.test.ts tests the field.
     HOSTKEEPER_SERVICES_RESTART_COMMAND: "none",
     ...env,
   });
