@@ -61,6 +61,13 @@ const BASELINES: Record<string, Record<string, unknown>> = {
   restoreRoute: { change_id: 1 },
   applyUpdates: { update_type: "security" },
   downloadUpdates: { update_type: "security" },
+  // A one-minute window a week: a mutant that opens one now runs an apply on buildTestApp's empty apt root.
+  setSchedule: {
+    windows: [{ days: ["sun"], start: "03:00", duration_minutes: 1 }],
+    timezone: "UTC",
+    update_type: "security",
+    reboot: "never",
+  },
   startOperatorUpdate: {
     callback_url: "http://127.0.0.1:9/hook",
     update_process_id: "fuzz-1",
