@@ -8,6 +8,7 @@ import {
 } from "../src/config-warnings.js";
 import { callerRequestId } from "../src/http/request-id.js";
 import { allSettings, loadConfig } from "../src/settings.js";
+import { guardAptConfig } from "./helpers/apt-guard.js";
 
 const user: Privileges = { uid: 1000, canBindLowPorts: false, unprivilegedPortStart: 1024 };
 
@@ -46,14 +47,15 @@ test("as root nothing is said; without root each feature that needs it is named"
   ]);
 });
 
-test("without root: low ports of the API and operator slots; CAP_NET_BIND_SERVICE, a lowered port start and sandboxes count", () => {
+test("without root: low ports of the API and operator slots; CAP_NET_BIND_SERVICE, a lowered port start and sandboxes count", (t) => {
   const config = loadConfig({
     env: {
       HOSTKEEPER_LISTEN: "127.0.0.1:626",
       HOSTKEEPER_OPERATOR_PORTS: "701,7102",
       HOSTKEEPER_CADDY_LISTEN: "127.0.0.1:8080",
       HOSTKEEPER_PACKAGE_MANAGER: "apt",
-      HOSTKEEPER_APT_CONFIG: "/sandbox/apt.conf",
+      // A sandbox's configuration, which must exist (a missing one would be the host's).
+      HOSTKEEPER_APT_CONFIG: guardAptConfig(t),
     },
   });
   assert.deepEqual(rootlessFailures(config, user), [

@@ -299,6 +299,23 @@ test("a scheduled apply that cannot have the package manager is refused, with th
   assert.equal((await h.sandbox.installed()).labsec, "1.0");
 });
 
+test("a scheduled run the disk guard refuses is recorded refused with the free space it lacked, and no apply", async (t) => {
+  const h = await setup(t, { HOSTKEEPER_MIN_FREE_MB: "1000000000" });
+  const { call } = await h.start();
+  await api(call, "PUT", "/v1/system/schedule", {
+    windows: [windowAt(thisMinute(), 30)],
+    timezone: "UTC",
+    update_type: "security",
+    reboot: "never",
+  });
+  const [run] = (await runEnded(call)).runs;
+  assert.equal(run.state, "refused");
+  assert.match(run.reason, /not enough free space to apply the updates: .* MB free of \d+ MB needed/);
+  assert.equal(run.apply_id ?? null, null);
+  assert.deepEqual((await api(call, "GET", "/v1/system/apply-history")).applies, []);
+  assert.equal((await h.sandbox.installed()).labsec, "1.0");
+});
+
 test("a reboot the policy asks for is left out when it would come after the window's end; an apply through the API beside it says trigger api", async (t) => {
   // The reboot would run an hour after the apply, past the end of a window of half an hour.
   const h = await setup(t, { HOSTKEEPER_REBOOT_DELAY_MS: "3600000" });
