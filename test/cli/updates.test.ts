@@ -5,7 +5,13 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, type TestContext, test } from "node:test";
-import { buildAptRepo, createAptSandbox, type DebSpec, debianArch } from "../helpers/apt-sandbox.js";
+import {
+  buildAptRepo,
+  createAptSandbox,
+  type DebSpec,
+  debianArch,
+  waitingPostinst,
+} from "../helpers/apt-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 import { rebootMarker } from "../helpers/processes.js";
 import { waitFor } from "../helpers/wait.js";
@@ -21,12 +27,6 @@ const DEBS: DebSpec[] = [
   { name: "clireg", version: "1.0", suites: ["bookworm"] },
   { name: "clireg", version: "1.1", suites: ["bookworm-updates"] },
 ];
-
-/** clislow's postinst waits (at most 60 s) until the test creates `release-clislow` in the root. */
-const SLOW_POSTINST = [
-  "i=0",
-  'while [ ! -e "$DPKG_ROOT/release-clislow" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done',
-].join("\n");
 
 /** An agent on a sandbox holding `debs` at 1.0 (their 1.1 in the repository), as the CLI reaches it. */
 async function sandboxAgent(t: TestContext, debs: DebSpec[], env: Record<string, string> = {}) {
@@ -247,7 +247,7 @@ describe("updates", () => {
   test("Ctrl-C stops following only: the apply goes on, and follow picks it up again", async (t) => {
     const slow: DebSpec[] = [
       { name: "clislow", version: "1.0", suites: ["bookworm"] },
-      { name: "clislow", version: "1.1", suites: ["bookworm-updates"], postinst: SLOW_POSTINST },
+      { name: "clislow", version: "1.1", suites: ["bookworm-updates"], postinst: waitingPostinst("clislow") },
     ];
     const { sandbox, agent } = await sandboxAgent(t, slow);
     const release = join(sandbox.root, "release-clislow");

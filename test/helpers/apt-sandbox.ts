@@ -26,6 +26,21 @@ export interface DebSpec {
   files?: Record<string, Buffer | string>;
 }
 
+/** A postinst that flags a reboot, as a kernel package does. */
+export const REBOOT_FLAG_POSTINST =
+  'echo "*** System restart required ***" > "$DPKG_ROOT/run/reboot-required"';
+
+/**
+ * A postinst that writes its pid to `<name>-postinst.pid` in the root and waits (at most 60 s) until the
+ * test creates `release-<name>` there: an apply held in its install step for as long as a test needs.
+ */
+export const waitingPostinst = (name: string): string =>
+  [
+    `echo $$ > "$DPKG_ROOT/${name}-postinst.pid"`,
+    "i=0",
+    `while [ ! -e "$DPKG_ROOT/release-${name}" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done`,
+  ].join("\n");
+
 /** One entry of a Debian changelog (deb-changelog(5)). */
 export function changelogEntry(
   source: string,

@@ -10,6 +10,8 @@ import {
   createAptSandbox,
   type DebSpec,
   debianArch,
+  REBOOT_FLAG_POSTINST,
+  waitingPostinst,
 } from "../helpers/apt-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 import { serveDirectory, startReceiver, verifyStandardWebhook } from "../helpers/http.js";
@@ -19,14 +21,6 @@ import { waitFor } from "../helpers/wait.js";
 
 // Taken first: the host's package state, compared by the last test.
 const hostBefore = hostPackageState();
-
-const REBOOT_FLAG = 'echo "*** System restart required ***" > "$DPKG_ROOT/run/reboot-required"';
-/** labslow's postinst waits (at most 60 s) until the test creates `release-labslow` in the root. */
-const SLOW_POSTINST = [
-  'echo $$ > "$DPKG_ROOT/labslow-postinst.pid"',
-  "i=0",
-  'while [ ! -e "$DPKG_ROOT/release-labslow" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done',
-].join("\n");
 
 /**
  * labsec: a security update. labreg: a regular one. labkernel: a regular update that flags a reboot and pulls
@@ -44,9 +38,9 @@ const DEBS: DebSpec[] = [
     version: "1.1",
     suites: ["bookworm-updates"],
     depends: "labfirmware",
-    postinst: REBOOT_FLAG,
+    postinst: REBOOT_FLAG_POSTINST,
   },
-  { name: "labslow", version: "1.1", suites: ["bookworm-updates"], postinst: SLOW_POSTINST },
+  { name: "labslow", version: "1.1", suites: ["bookworm-updates"], postinst: waitingPostinst("labslow") },
 ];
 const INITIAL = ["labsec", "labreg", "labkernel", "labslow"].map((n) => `${n}=1.0`);
 

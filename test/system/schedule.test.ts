@@ -10,6 +10,8 @@ import {
   createAptSandbox,
   type DebSpec,
   debianArch,
+  REBOOT_FLAG_POSTINST,
+  waitingPostinst,
 } from "../helpers/apt-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 import { serveDirectory, startReceiver, verifyStandardWebhook } from "../helpers/http.js";
@@ -27,13 +29,6 @@ const hostBefore = hostPackageState();
 
 const MINUTE = 60_000;
 const DAY = 86_400_000;
-const REBOOT_FLAG = 'echo "*** System restart required ***" > "$DPKG_ROOT/run/reboot-required"';
-/** labslow's postinst waits (at most 60 s) until the test creates `release-labslow` in the root. */
-const SLOW_POSTINST = [
-  'echo $$ > "$DPKG_ROOT/labslow-postinst.pid"',
-  "i=0",
-  'while [ ! -e "$DPKG_ROOT/release-labslow" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done',
-].join("\n");
 
 /** labsec: a security update; labkernel: a regular one that flags a reboot; labslow: one whose postinst waits. */
 const DEBS: DebSpec[] = [
@@ -41,8 +36,8 @@ const DEBS: DebSpec[] = [
     (name): DebSpec => ({ name, version: "1.0", suites: ["bookworm"] }),
   ),
   { name: "labsec", version: "1.1", suites: ["bookworm-security"] },
-  { name: "labkernel", version: "1.1", suites: ["bookworm-updates"], postinst: REBOOT_FLAG },
-  { name: "labslow", version: "1.1", suites: ["bookworm-updates"], postinst: SLOW_POSTINST },
+  { name: "labkernel", version: "1.1", suites: ["bookworm-updates"], postinst: REBOOT_FLAG_POSTINST },
+  { name: "labslow", version: "1.1", suites: ["bookworm-updates"], postinst: waitingPostinst("labslow") },
 ];
 
 let repo: AptRepo;
@@ -102,6 +97,14 @@ const api = async (call: Call, method: string, url: string, payload?: unknown) =
   assert.ok(r.statusCode < 300, `${method} ${url}: ${r.statusCode} ${r.body}`);
   return r.json();
 };
+/** A security schedule with a half-hour window that opened at the start of this minute. */
+const scheduleOpenNow = (call: Call, reboot: "never" | "always" = "never") =>
+  api(call, "PUT", "/v1/system/schedule", {
+    windows: [windowAt(thisMinute(), 30)],
+    timezone: "UTC",
+    update_type: "security",
+    reboot,
+  });
 /** The schedule once its newest run is no longer `running`. */
 const runEnded = (call: Call, ms = 30_000) =>
   waitFor(
@@ -285,12 +288,7 @@ test("a scheduled apply that cannot have the package manager is refused, with th
     join(lib, "apt/lists/lock"),
   ]);
   const { call } = await h.start();
-  await api(call, "PUT", "/v1/system/schedule", {
-    windows: [windowAt(thisMinute(), 30)],
-    timezone: "UTC",
-    update_type: "security",
-    reboot: "never",
-  });
+  await scheduleOpenNow(call);
   const [run] = (await runEnded(call)).runs;
   assert.equal(run.state, "refused");
   assert.match(run.reason, new RegExp(`held by process ${holder.pid}`));
@@ -302,12 +300,7 @@ test("a scheduled apply that cannot have the package manager is refused, with th
 test("a scheduled run the disk guard refuses is recorded refused with the free space it lacked, and no apply", async (t) => {
   const h = await setup(t, { HOSTKEEPER_MIN_FREE_MB: "1000000000" });
   const { call } = await h.start();
-  await api(call, "PUT", "/v1/system/schedule", {
-    windows: [windowAt(thisMinute(), 30)],
-    timezone: "UTC",
-    update_type: "security",
-    reboot: "never",
-  });
+  await scheduleOpenNow(call);
   const [run] = (await runEnded(call)).runs;
   assert.equal(run.state, "refused");
   assert.match(run.reason, /not enough free space to apply the updates: .* MB free of \d+ MB needed/);
@@ -320,12 +313,7 @@ test("a reboot the policy asks for is left out when it would come after the wind
   // The reboot would run an hour after the apply, past the end of a window of half an hour.
   const h = await setup(t, { HOSTKEEPER_REBOOT_DELAY_MS: "3600000" });
   const { call } = await h.start();
-  await api(call, "PUT", "/v1/system/schedule", {
-    windows: [windowAt(thisMinute(), 30)],
-    timezone: "UTC",
-    update_type: "security",
-    reboot: "always",
-  });
+  await scheduleOpenNow(call, "always");
   const [run] = (await runEnded(call)).runs;
   assert.equal(run.state, "completed");
   assert.equal(run.reason, "no reboot: it would have come after the end of the window");
