@@ -1,4 +1,5 @@
 import { withoutPaths } from "../util/without-paths.js";
+import { routeNamed } from "./journal.js";
 import type { Op, RouteJson } from "./plan.js";
 import type { ChangeOperation, ChangeOutcome } from "./schemas.js";
 import type { ChangeRow } from "./store.js";
@@ -76,7 +77,7 @@ export function restorePlan(row: ChangeRow): RestorePlan {
 export function restoreConflict(row: ChangeRow, op: Op, refused: WriteFailure): string {
   const routeId = row.route_id;
   if (refused.kind === "host_taken")
-    return `change ${row.id}'s captured route serves host ${refused.host}, which ${refused.owner === null ? "a route without an @id" : `route ${refused.owner}`} serves now: nothing was changed`;
+    return `change ${row.id}'s captured route serves host ${refused.host}, which ${routeNamed(refused.owner)} serves now: nothing was changed`;
   return refused.kind === "exists"
     ? `change ${row.id} removed route ${routeId}, but its @id is in use in Caddy's config again: nothing was changed`
     : `change ${row.id} ${op.kind === "delete" ? "created" : "replaced"} route ${routeId}, which the managed server no longer has: nothing was changed`;

@@ -70,9 +70,13 @@ export function failureText(result: ChangeResult): string | null {
   return "message" in f ? f.message : f.kind;
 }
 
-/** Why a route may not serve `host`: `owner` (an @id, or null for a route without one) serves it. */
+/** The route that serves a host, as answers name it: its @id, or null for a route without one. */
+export const routeNamed = (owner: string | null): string =>
+  owner === null ? "a route without an @id" : `route ${owner}`;
+
+/** Why a route may not serve `host`: `owner` serves it. */
 export const hostTakenText = (host: string, owner: string | null): string =>
-  `host ${host} is served by ${owner === null ? "a route without an @id" : `route ${owner}`}`;
+  `host ${host} is served by ${routeNamed(owner)}`;
 
 /**
  * The route as Caddy holds it once a change settled: the new one when it applied (null after a removal),
