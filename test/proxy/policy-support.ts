@@ -2,7 +2,13 @@ import { execFileSync } from "node:child_process";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { fetchedCaddyBinary } from "../../src/proxy/settings.js";
-import { type After, closeAfter } from "../helpers/http.js";
+import {
+  type After,
+  closeAfter,
+  type ProxyRequestOptions,
+  proxyExchange,
+  sentAgainOnReset,
+} from "../helpers/http.js";
 
 /** What an upstream received: the path as it arrived and the request's headers. */
 export interface Seen {
@@ -29,57 +35,12 @@ export async function recordingUpstream(t: After, name: string) {
   return { port: (server.address() as AddressInfo).port, seen };
 }
 
-export interface Answer {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  body: Buffer;
-}
-
-export interface SendOptions {
-  path?: string;
-  headers?: Record<string, string>;
-  /** The client's source address (all of 127.0.0.0/8 is local). */
-  from?: string;
-}
-
 /**
- * One request through Caddy's listener for `host`, on a fresh connection; sent again (up to twice) when
- * Caddy resets it before answering, as right after a reload (see viaProxy in test/helpers/http.ts).
+ * One request through Caddy's listener for `host`, on a fresh connection, sent again when Caddy resets it
+ * before answering (see `sentAgainOnReset`).
  */
-export async function send(port: number, host: string, o: SendOptions = {}): Promise<Answer> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await sendOnce(port, host, o);
-    } catch (err) {
-      if (attempt === 3 || (err as NodeJS.ErrnoException).code !== "ECONNRESET") throw err;
-    }
-  }
-}
-
-function sendOnce(port: number, host: string, o: SendOptions): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      {
-        host: "127.0.0.1",
-        port,
-        path: o.path ?? "/",
-        headers: { host, ...o.headers },
-        agent: false,
-        ...(o.from ? { localAddress: o.from } : {}),
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () =>
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
-        );
-      },
-    );
-    req.on("error", reject);
-    req.setTimeout(10_000, () => req.destroy(new Error("timeout")));
-    req.end();
-  });
-}
+export const send = (port: number, host: string, o: Omit<ProxyRequestOptions, "agent"> = {}) =>
+  sentAgainOnReset(() => proxyExchange(port, host, o));
 
 /** `Authorization` header of HTTP basic authentication. */
 export const basic = (user: string, password: string) => ({
