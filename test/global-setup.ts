@@ -19,7 +19,7 @@ export function globalTeardown(): void {
     (path) => before?.[path] !== after[path],
   );
   if (changed.length === 0) return;
-  const message = `this machine's own package state changed during the test run: ${changed.join(", ")}`;
+  const message = `this machine's own package state or trust store changed during the test run: ${changed.join(", ")}`;
   console.error(message);
   throw new Error(message);
 }

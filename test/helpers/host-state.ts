@@ -6,6 +6,8 @@ import { basename, join } from "node:path";
 /**
  * The host's own package state, which no test may touch: dpkg's status and log, apt's history, rpm's
  * database (Debian's rpm keeps it in ~/.rpmdb), dnf's transaction history and rpm log, and the reboot flag.
+ * And the host's trust stores (the system's CA folder and bundle, Java's cacerts, the user's NSS database):
+ * a Caddy run as root installs its local CA into all of them unless its config says `install_trust: false`.
  * A test takes this before and after and compares.
  *
  * Left out, because they change while the package state does not (an unrelated rpm or dnf run on the
@@ -24,6 +26,11 @@ const HOST_PATHS = [
   join(homedir(), ".rpmdb"),
   "/var/lib/dnf",
   "/var/log/dnf.rpm.log",
+  "/usr/local/share/ca-certificates",
+  "/etc/ssl/certs/ca-certificates.crt",
+  "/etc/ssl/certs/java/cacerts",
+  "/etc/pki/ca-trust/source/anchors",
+  join(homedir(), ".pki/nssdb"),
 ];
 
 /**
