@@ -140,7 +140,7 @@ export interface BenchCaddy {
 export async function startCaddy(
   dir: string,
   name: string,
-  opts: { tlsHost?: string } = {},
+  opts: { tlsHost?: string; env?: Record<string, string> } = {},
 ): Promise<BenchCaddy> {
   const adminPort = await freePort();
   const httpPort = await freePort();
@@ -178,6 +178,7 @@ export async function startCaddy(
       XDG_CONFIG_HOME: join(home, "cfg"),
       XDG_DATA_HOME: join(home, "data"),
       HOME: home,
+      ...opts.env,
     },
   });
   const stop = () => {

@@ -9,12 +9,15 @@
  *   BENCH_SIZES        route counts, default 1000,20000 (targets hold at the largest)
  *   BENCH_ROUNDS       single changes of each kind per size, default 40 at 1,000 and 10 above 5,000
  *   BENCH_SEQUENTIAL   sequential raw calls the bursts are compared with, default 100 (fewer are scaled up)
+ *   BENCH_CADDY_MEMORY=0   skip Caddy's memory with and without a Go memory limit (about 3 minutes)
  */
 import type { ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { projectRoot } from "../src/paths.js";
+import { CADDY_MEMORY_LIMIT_DEFAULT_MB } from "../src/proxy/settings.js";
+import { type CaddyMemoryResult, caddyMemory } from "./caddy-memory.js";
 import { connectionBenches } from "./connections.js";
 import { loadAverage, type Row, rssMb, startAgent, startCaddy, table } from "./harness.js";
 import { type ScaleResult, scale } from "./scale.js";
@@ -30,7 +33,7 @@ const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 100);
  */
 const TARGETS = { single: 1.1, list: 1.1, burst: 40 };
 const SMALLER_TARGETS = { single: 1.15, list: 1.5, burst: 20 };
-const RSS_TARGET_MB = 80;
+const RSS_TARGET_MB = 90;
 /** Resident memory the soak may add after its warm-up (sampling noise, not growth). */
 const SOAK_GROWTH_MB = 5;
 
@@ -69,6 +72,11 @@ async function main() {
     results.push({ ...r, size });
   }
   const rows: Row[] = results.flatMap((r) => r.rows);
+  // Caddy's own memory at the largest size, without a Go memory limit and with the agent's default.
+  const caddyMem: CaddyMemoryResult[] = [];
+  if (process.env.BENCH_CADDY_MEMORY !== "0")
+    for (const limit of [undefined, CADDY_MEMORY_LIMIT_DEFAULT_MB])
+      caddyMem.push(await caddyMemory(dir, largest, limit, String(limit ?? "none")));
   const idleAtLargest = results.find((r) => r.size === largest)?.idleRssMb ?? Number.NaN;
 
   let soaked: SoakResult | undefined;
@@ -92,6 +100,10 @@ async function main() {
         ", ",
       )} (target < ${RSS_TARGET_MB} MB idle at ${largest}: ${idleAtLargest < RSS_TARGET_MB ? "yes" : "NO"})`,
   ];
+  for (const m of caddyMem)
+    lines.push(
+      `Caddy resident memory at ${m.routes} routes, ${m.limitMb === undefined ? "no memory limit" : `GOMEMLIMIT ${m.limitMb}MiB`}: ${m.idleMb.toFixed(0)} MB idle, ${m.peakMb.toFixed(0)} MB at the peak of 100 concurrent creates through the agent (${(m.burstMs / 1000).toFixed(1)} s), ${m.afterMb.toFixed(0)} MB 60 s after; with the agent's ${results.find((r) => r.size === largest)?.idleRssMb.toFixed(0)} MB idle: ${(m.afterMb + (results.find((r) => r.size === largest)?.idleRssMb ?? Number.NaN)).toFixed(0)} MB together`,
+    );
   if (soaked)
     lines.push(
       `soak: ${soaked.clients} clients for ${soaked.seconds} s after ${soaked.warmupSeconds} s warm-up at ${soaked.routes} routes, ${soaked.requests} requests, ${soaked.failures} failed${soaked.failures > 0 ? ` (${JSON.stringify(soaked.failedBy)})` : ""}; resident memory ${soaked.rssAfterWarmupMb.toFixed(1)} MB after warm-up, ${soaked.rssEndMb.toFixed(1)} MB at the end (max ${soaked.rssMaxMb.toFixed(1)}): growth ${soaked.growthMb.toFixed(1)} MB (target <= ${SOAK_GROWTH_MB}: ${soaked.growthMb <= SOAK_GROWTH_MB ? "yes" : "NO"})`,
@@ -115,6 +127,7 @@ async function main() {
           afterWorkMb: Object.fromEntries(results.map((r) => [r.size, r.afterWorkRssMb])),
           idleMb: Object.fromEntries(results.map((r) => [r.size, r.idleRssMb])),
         },
+        caddyMemory: caddyMem,
         soak: soaked,
         load: { before: loadBefore, after: loadAfter },
       },

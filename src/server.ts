@@ -2,6 +2,7 @@ import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
 import { buildApp } from "./app.js";
 import { EmbeddedCaddy } from "./caddy/embedded.js";
+import { writeCaddyEnvFile } from "./caddy/memory-limit.js";
 import { currentPrivileges, rootlessFailures, unknownEnvWarnings } from "./config-warnings.js";
 import { checkPlaintext, Listener } from "./listener/listener.js";
 import { createLogger } from "./logging.js";
@@ -34,6 +35,8 @@ export async function serve(): Promise<void> {
   delete process.env.HOSTKEEPER_WEBHOOK_SECRET;
   prepareDataDir(config.agent.dataDir);
 
+  if (config.proxy.caddyEnvFile)
+    writeCaddyEnvFile(config.proxy.caddyEnvFile, config.proxy.caddyMemoryLimitMb, logger);
   let embeddedCaddy: EmbeddedCaddy | undefined;
   if (!config.proxy.caddyAdmin) {
     embeddedCaddy = new EmbeddedCaddy({
@@ -44,6 +47,7 @@ export async function serve(): Promise<void> {
       restartBackoffMs: config.proxy.caddyRestartBackoffMs,
       adminTimeoutMs: config.proxy.caddyTimeoutMs,
       logRoll: { sizeMb: config.proxy.caddyLogRollSizeMb, keep: config.proxy.caddyLogRollKeep },
+      memoryLimitMb: config.proxy.caddyMemoryLimitMb,
       log: logger.child({ component: "embedded-caddy" }),
     });
     await embeddedCaddy.start();

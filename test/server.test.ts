@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { goMemLimitOf } from "../src/caddy/memory-limit.js";
 import { freePort } from "../support/loopback.js";
 import { startReceiver, startUpstream } from "./helpers/http.js";
 import { alive, killEmbeddedCaddys, request, startAgent } from "./helpers/serve.js";
@@ -16,6 +17,8 @@ test("embedded defaults: generated token, own Caddy that outlives the agent, rou
     HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${httpPort}`,
     // The request in flight at SIGTERM waits for its callback's answer for as long as the test holds it.
     HOSTKEEPER_WEBHOOK_FIRST_ATTEMPT_TIMEOUT_MS: "30000",
+    HOSTKEEPER_CADDY_MEMORY_LIMIT_MB: "300",
+    HOSTKEEPER_CADDY_ENV_FILE: join(dataDir, "caddy.env"),
   };
   const pidFile = join(dataDir, "caddy", "caddy.pid");
   t.after(async () => {
@@ -39,6 +42,9 @@ test("embedded defaults: generated token, own Caddy that outlives the agent, rou
   assert.equal(created.status, 201, created.body);
   const caddyPid = Number(readFileSync(pidFile, "utf8"));
   assert.ok(alive(caddyPid));
+  // The memory setting reaches Caddy's environment, and the file a Caddy the agent does not start reads.
+  assert.equal(goMemLimitOf(caddyPid), "300MiB");
+  assert.match(readFileSync(env.HOSTKEEPER_CADDY_ENV_FILE, "utf8"), /^GOMEMLIMIT=300MiB$/m);
 
   // SIGTERM while a request is in flight: the request waits for its callback's first attempt, which the
   // receiver answers only once the agent has begun to shut down. The request completes all the same.
@@ -61,8 +67,12 @@ test("embedded defaults: generated token, own Caddy that outlives the agent, rou
   assert.equal(await agent.exited, 0);
   assert.ok(alive(caddyPid), "Caddy keeps running when the agent stops");
 
-  // Restart: the running Caddy is adopted.
+  // Restart: the running Caddy is adopted. It keeps the memory limit it started with, and the log says so.
+  env.HOSTKEEPER_CADDY_MEMORY_LIMIT_MB = "400";
   agent = await startAgent(t, env);
+  await agent.waitForLog("another memory limit than HOSTKEEPER_CADDY_MEMORY_LIMIT_MB", 10_000);
+  assert.equal(goMemLimitOf(caddyPid), "300MiB");
+  assert.match(readFileSync(env.HOSTKEEPER_CADDY_ENV_FILE, "utf8"), /^GOMEMLIMIT=400MiB$/m);
   let ids = JSON.parse((await request(agent.port, "GET", "/v1/proxy/routes", token)).body).map(
     (r: { "@id": string }) => r["@id"],
   );
@@ -79,6 +89,7 @@ test("embedded defaults: generated token, own Caddy that outlives the agent, rou
   );
   assert.deepEqual(ids.sort(), ["embedded.test", "inflight.test"]);
   assert.notEqual(Number(readFileSync(pidFile, "utf8")), caddyPid);
+  assert.equal(goMemLimitOf(Number(readFileSync(pidFile, "utf8"))), "400MiB");
   process.kill(agent.child.pid as number, "SIGTERM");
   assert.equal(await agent.exited, 0);
 });

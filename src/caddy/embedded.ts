@@ -6,6 +6,7 @@ import { type EmbeddedCaddyFiles, embeddedCaddyFiles } from "./files.js";
 import { refuseForeignListeners, refuseHeldAddresses } from "./listener-checks.js";
 import { type CaddyLogRoll, caddyLogConfig, prepareLogging } from "./log-config.js";
 import { addressesToBind, type ManagedServer, prepareServer } from "./managed-server.js";
+import { caddyMemoryEnv, goMemLimit, goMemLimitOf } from "./memory-limit.js";
 import { caddyOfPidFile, caddyVersionOf, launchCaddy, type RunningCaddy, terminate } from "./process.js";
 import { type CaddyProcessStatus, CaddySupervisor } from "./supervisor.js";
 
@@ -24,6 +25,8 @@ export interface EmbeddedCaddyOptions {
   adminTimeoutMs: number;
   /** Caddy's own log is rolled at this size (MiB), keeping this many rolled files. */
   logRoll: CaddyLogRoll;
+  /** Go's memory limit for Caddy in MiB (HOSTKEEPER_CADDY_MEMORY_LIMIT_MB); 0: none. */
+  memoryLimitMb: number;
   log: Logger;
   /** How long a started Caddy has to answer on its admin socket. */
   startTimeoutMs?: number;
@@ -128,9 +131,15 @@ export class EmbeddedCaddy {
   private adopt(): void {
     const caddy = caddyOfPidFile(this.files.pidFile);
     this.supervisor.adopt(caddy);
-    if (caddy)
+    if (caddy) {
       this.o.log.info({ caddyPid: caddy.pid, socket: this.files.socket }, "using the running embedded Caddy");
-    else
+      const [running, wanted] = [goMemLimitOf(caddy.pid), goMemLimit(this.o.memoryLimitMb)];
+      if (running !== wanted)
+        this.o.log.warn(
+          { caddyPid: caddy.pid, GOMEMLIMIT: running ?? null, wanted },
+          "the running embedded Caddy has another memory limit than HOSTKEEPER_CADDY_MEMORY_LIMIT_MB; it takes the setting at its next start",
+        );
+    } else
       this.o.log.warn(
         { socket: this.files.socket, pidFile: this.files.pidFile },
         "using the running embedded Caddy, but its PID file names no live process: it is not supervised",
@@ -142,6 +151,7 @@ export class EmbeddedCaddy {
       binary: this.o.binary,
       files: this.files,
       logConfig: caddyLogConfig(this.files.log, this.o.logRoll),
+      env: caddyMemoryEnv(this.o.memoryLimitMb),
       timeoutMs: this.startTimeoutMs,
       answers: () => this.answers(),
       onExit: (pid, how) => this.supervisor.exited(pid, how),

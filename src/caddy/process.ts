@@ -20,6 +20,8 @@ export interface LaunchOptions {
   files: EmbeddedCaddyFiles;
   /** Caddy's `logging.logs.default` from its first start on. */
   logConfig: Record<string, unknown>;
+  /** Environment variables Caddy gets besides the allowed ones of the agent's (its Go memory limit). */
+  env: Record<string, string>;
   /** How long the started Caddy has to answer on its admin socket. */
   timeoutMs: number;
   /** Whether a Caddy answers on the admin socket. */
@@ -42,7 +44,7 @@ export async function launchCaddy(o: LaunchOptions): Promise<RunningCaddy> {
       `no Caddy at ${o.binary}: run scripts/fetch-caddy.sh, or set HOSTKEEPER_CADDY_BINARY or HOSTKEEPER_CADDY_ADMIN`,
     );
   writeBootstrap(o.files, o.logConfig);
-  const child = spawnCaddy(o.binary, o.files);
+  const child = spawnCaddy(o.binary, o.files, o.env);
   let exited: string | undefined;
   // Registered first: a spawn that fails emits "error", which would otherwise be thrown.
   child.once("error", (err) => {
@@ -86,7 +88,7 @@ function writeBootstrap(files: EmbeddedCaddyFiles, logConfig: Record<string, unk
   );
 }
 
-function spawnCaddy(binary: string, files: EmbeddedCaddyFiles) {
+function spawnCaddy(binary: string, files: EmbeddedCaddyFiles, env: Record<string, string>) {
   capFile(files.stderr, STDERR_LIMIT_BYTES);
   const stderrFd = openSync(files.stderr, "a", 0o600);
   try {
@@ -94,6 +96,7 @@ function spawnCaddy(binary: string, files: EmbeddedCaddyFiles) {
       detached: true,
       stdio: ["ignore", stderrFd, stderrFd],
       env: childEnv(process.env, CHILD_ENV.caddy, {
+        ...env,
         XDG_CONFIG_HOME: files.configHome,
         XDG_DATA_HOME: files.dataHome,
         HOME: files.dir,

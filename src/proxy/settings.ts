@@ -6,6 +6,9 @@ import { normalizeDomain } from "./domain.js";
 /** Where `scripts/fetch-caddy.sh` unpacks Caddy; the embedded default when no admin endpoint is configured. */
 export const fetchedCaddyBinary = join(projectRoot(), ".cache/caddy/usr/bin/caddy");
 
+/** See caddyMemoryLimitMb's doc and docs/performance.md for how it was chosen. */
+export const CADDY_MEMORY_LIMIT_DEFAULT_MB = 768;
+
 export type CaddyAdminAddress = { kind: "tcp"; url: URL } | { kind: "unix"; socketPath: string };
 
 export function parseCaddyAdmin(raw: unknown): CaddyAdminAddress | undefined {
@@ -103,6 +106,28 @@ export const proxySettings = {
     defaultText: "5",
     default: 5,
     parse: parse.int(1, 1000),
+  }),
+  caddyMemoryLimitMb: setting({
+    key: "caddyMemoryLimitMb",
+    env: "HOSTKEEPER_CADDY_MEMORY_LIMIT_MB",
+    area: "proxy",
+    doc: "Go's memory limit (`GOMEMLIMIT`) for Caddy, in MiB: the embedded Caddy gets it at its start, and `HOSTKEEPER_CADDY_ENV_FILE` carries it to a Caddy the agent does not start. Without a limit Go keeps what each config reload allocated (Caddy held its largest reload's memory for good); near the limit its collector gives it back, at the price of more collection work while a reload runs. Not a hard cap: Caddy may go past it rather than fail. 0: no limit. See Performance for the figures.",
+    defaultText: String(CADDY_MEMORY_LIMIT_DEFAULT_MB),
+    default: CADDY_MEMORY_LIMIT_DEFAULT_MB,
+    parse: parse.int(0, 1_048_576),
+  }),
+  caddyEnvFile: setting({
+    key: "caddyEnvFile",
+    env: "HOSTKEEPER_CADDY_ENV_FILE",
+    area: "proxy",
+    doc: "A file the agent writes Caddy's environment to at its start (`GOMEMLIMIT` from `HOSTKEEPER_CADDY_MEMORY_LIMIT_MB`), for a Caddy it does not start: the packages' `hostkeeper-caddy.service` reads `/var/lib/hostkeeper/caddy.env` as its `EnvironmentFile`. Caddy takes a change at its next start. Unset: none is written.",
+    defaultText: "none",
+    default: undefined as string | undefined,
+    parse: (raw) => {
+      const s = parse.optionalString(raw);
+      if (s !== undefined && !s.startsWith("/")) throw new Error(`must be an absolute path, got "${s}"`);
+      return s;
+    },
   }),
   caddyTimeoutMs: setting({
     key: "caddyTimeoutMs",

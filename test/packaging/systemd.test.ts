@@ -99,6 +99,13 @@ function requestLoop(c: Container, seconds: number): Promise<{ ok: number; faile
 const mainPid = async (c: Container, unit: string) =>
   Number((await c.ok(["systemctl", "show", "--property=MainPID", "--value", unit])).trim());
 
+/** The GOMEMLIMIT process `pid` of the container started with. */
+const goMemLimitIn = async (c: Container, pid: number) =>
+  (await c.ok(["cat", `/proc/${pid}/environ`]))
+    .split("\0")
+    .find((v) => v.startsWith("GOMEMLIMIT="))
+    ?.slice(11);
+
 async function waitFor<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
@@ -174,6 +181,8 @@ describe("packages", () => {
       // The container's network namespace started with the kernel's default (0); the install applied the
       // package's sysctl file.
       assert.equal((await c().ok(["cat", MIGRATE_REQ])).trim(), "1");
+      // Caddy runs with Go's memory limit: the unit's default, the same as the agent's setting's.
+      assert.equal(await goMemLimitIn(c(), caddyPid), "768MiB");
     });
 
     test("hostkeeper --version", async () => {
@@ -307,8 +316,15 @@ describe("packages", () => {
       await c().ok(["systemctl", "start", "hostkeeper.service"], { timeoutMs: 60_000 });
     });
 
-    test("kill -9 of Caddy's main process: systemd restarts it, routes intact, within 10 s", async () => {
+    test("kill -9 of Caddy's main process: systemd restarts it, routes intact, within 10 s, with the memory limit the agent's setting now names", async () => {
+      // The setting changed in the config file: the agent writes it for Caddy, which takes it at its next start.
+      const config = JSON.parse(await c().ok(["cat", "/etc/hostkeeper/config.json"])) as object;
+      const edited = `${JSON.stringify({ ...config, caddyMemoryLimitMb: 1536 }, null, 2)}\n`;
+      await c().ok(["/bin/sh", "-c", `cat > /etc/hostkeeper/config.json <<'EOF'\n${edited}EOF`]);
+      await c().ok(["systemctl", "restart", "hostkeeper.service"], { timeoutMs: 60_000 });
+      assert.match(await c().ok(["cat", "/var/lib/hostkeeper/caddy.env"]), /^GOMEMLIMIT=1536MiB$/m);
       const before = await mainPid(c(), "hostkeeper-caddy.service");
+      assert.equal(await goMemLimitIn(c(), before), "768MiB");
       const killed = Date.now();
       await c().sh(`kill -9 ${before}`);
       const after = await waitFor("Caddy back with the route", 10_000, async () => {
@@ -319,6 +335,7 @@ describe("packages", () => {
       assert.ok(Date.now() - killed < 10_000);
       assert.notEqual(after, before);
       assert.match(await c().ok(["hostkeeper", "routes", "list"]), /^app\.localhost /m);
+      assert.equal(await goMemLimitIn(c(), after), "1536MiB");
     });
 
     test("upgrade to a higher version: config edit and routes kept, agent restarted, Caddy not, no request lost", async () => {
