@@ -244,7 +244,7 @@ export interface BenchAgent {
 export async function startAgent(
   dir: string,
   caddy: Pick<BenchCaddy, "adminPort">,
-  opts: { root?: string; env?: Record<string, string> } = {},
+  opts: { root?: string; env?: Record<string, string>; readyPath?: string } = {},
 ): Promise<BenchAgent> {
   const root = opts.root ?? projectRoot();
   const port = await freePort();
@@ -267,7 +267,7 @@ export async function startAgent(
   const stop = () => {
     if (child.pid && child.exitCode === null) process.kill(child.pid, "SIGKILL");
   };
-  await waitHttp(port, "/readyz", child).catch((err: unknown) => {
+  await waitHttp(port, opts.readyPath ?? "/readyz", child).catch((err: unknown) => {
     stop();
     throw err;
   });

@@ -5,6 +5,7 @@
  *
  * Run: `npm run bench` (after `bash scripts/install.sh`). Options (see docs/performance.md):
  *   --keepalive, --streams   the connection benchmarks instead (bench/connections.ts)
+ *   --throughput[=SECONDS]   concurrent changes instead (bench/throughput.ts; BENCH_COMPARE_ROOT: another checkout)
  *   --soak[=SECONDS]   also soak the agent at the largest size with 200 clients (default 600 s, after 60 s warm-up)
  *   BENCH_SIZES        route counts, default 1000,20000 (targets hold at the largest)
  *   BENCH_ROUNDS       single changes of each kind per size, default 40 at 1,000 and 10 above 5,000
@@ -22,6 +23,7 @@ import { connectionBenches } from "./connections.js";
 import { loadAverage, type Row, rssMb, startAgent, startCaddy, table } from "./harness.js";
 import { type ScaleResult, scale } from "./scale.js";
 import { type SoakResult, soak } from "./soak.js";
+import { throughputBench } from "./throughput.js";
 
 const SIZES = (process.env.BENCH_SIZES ?? "1000,20000").split(",").map(Number);
 const ROUNDS = process.env.BENCH_ROUNDS ? Number(process.env.BENCH_ROUNDS) : undefined;
@@ -143,8 +145,20 @@ async function main() {
   process.exit(ok ? 0 : 1);
 }
 
+/** `--throughput[=SECONDS]`: concurrent changes (bench/throughput.ts) instead of the rest. */
+async function throughput(argv: readonly string[]): Promise<number | undefined> {
+  const arg = argv.find((a) => a === "--throughput" || a.startsWith("--throughput="));
+  if (!arg) return undefined;
+  const dir = mkdtempSync(join(tmpdir(), "hk-bench-"));
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  const lines = await throughputBench(dir, Math.max(...SIZES), Number(arg.split("=")[1] ?? 60));
+  console.log(lines.join("\n"));
+  return 0;
+}
+
 // `--keepalive` / `--streams`: the connection benchmarks (bench/connections.ts) instead of this one.
 connectionBenches(process.argv.slice(2))
+  .then(async (code) => code ?? (await throughput(process.argv.slice(2))))
   .then((code) => (code === undefined ? main() : process.exit(code)))
   .catch((err: unknown) => {
     console.error(err);
