@@ -6,6 +6,8 @@ import { currentPrivileges, rootlessFailures, unknownEnvWarnings } from "./confi
 import { checkPlaintext, Listener } from "./listener/listener.js";
 import { createLogger } from "./logging.js";
 import { packageVersion } from "./paths.js";
+import { agentCaddyFields } from "./proxy/caddy-fields.js";
+import { issuanceWarnings } from "./proxy/issuance.js";
 import { type CaddyAdminAddress, showCaddyAdmin } from "./proxy/settings.js";
 import { allSettings, loadConfigFromProcess } from "./settings.js";
 import { prepareDataDir } from "./store/data-dir.js";
@@ -20,6 +22,7 @@ export async function serve(): Promise<void> {
   const config = loadConfigFromProcess();
   const logger = await createLogger({ level: config.agent.logLevel, format: config.agent.logFormat });
   for (const warning of unknownEnvWarnings(process.env, allSettings())) logger.warn(warning);
+  for (const warning of issuanceWarnings(config.proxy.caddyListen, config.proxy)) logger.warn(warning);
   const failing = rootlessFailures(config, currentPrivileges());
   if (failing.length > 0)
     logger.warn(
@@ -41,6 +44,7 @@ export async function serve(): Promise<void> {
       binary: config.proxy.caddyBinary,
       server: config.proxy.caddyServer,
       listen: config.proxy.caddyListen,
+      fields: agentCaddyFields(config.proxy),
       restartBackoffMs: config.proxy.caddyRestartBackoffMs,
       adminTimeoutMs: config.proxy.caddyTimeoutMs,
       logRoll: { sizeMb: config.proxy.caddyLogRollSizeMb, keep: config.proxy.caddyLogRollKeep },

@@ -2,6 +2,7 @@ import { join } from "node:path";
 import { parse, setting } from "../config.js";
 import { projectRoot } from "../paths.js";
 import { normalizeDomain } from "./domain.js";
+import { issuanceSettings } from "./issuance-settings.js";
 
 /** Where `scripts/fetch-caddy.sh` unpacks Caddy; the embedded default when no admin endpoint is configured. */
 export const fetchedCaddyBinary = join(projectRoot(), ".cache/caddy/usr/bin/caddy");
@@ -156,4 +157,5 @@ export const proxySettings = {
       return id.domain;
     },
   }),
+  ...issuanceSettings,
 };

@@ -1,0 +1,254 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import { test } from "node:test";
+import tls from "node:tls";
+import { ISSUANCE_POLICY_ID } from "../../src/proxy/issuance.js";
+import { freePort } from "../../support/loopback.js";
+import { metricSample } from "../../support/prometheus.js";
+import { buildTestApp } from "../helpers/app.js";
+import { startCaddy, type TestCaddy } from "../helpers/caddy.js";
+import { hostPackageState } from "../helpers/host-state.js";
+import { closeAfter, startUpstream, viaProxy } from "../helpers/http.js";
+import { waitFor } from "../helpers/wait.js";
+
+/** The host's trust stores, which a Caddy run as root changes when it may install its local CA. */
+export const TRUST_STORES = [
+  "/usr/local/share/ca-certificates",
+  "/etc/ssl/certs/ca-certificates.crt",
+  "/etc/ssl/certs/java/cacerts",
+  "/etc/pki/ca-trust/source/anchors",
+  join(process.env.HOME ?? "/root", ".pki/nssdb"),
+];
+
+export interface Served {
+  authorized: boolean;
+  error: string | undefined;
+  subject: string;
+  issuer: string;
+  altNames: string;
+}
+
+/**
+ * The certificate a TLS client gets for `servername` (SNI) from 127.0.0.1:`port`, checked against `ca`
+ * (PEM): whether it chains to it, and what it says. Rejects when the handshake fails.
+ */
+export function servedCertificate(port: number, servername: string, ca: string): Promise<Served> {
+  return new Promise((resolve, reject) => {
+    const socket = tls.connect({ host: "127.0.0.1", port, servername, ca, rejectUnauthorized: false }, () => {
+      const cert = socket.getPeerCertificate();
+      const cn = (v: string | string[] | undefined) => (Array.isArray(v) ? v.join(",") : (v ?? ""));
+      resolve({
+        authorized: socket.authorized,
+        error: socket.authorizationError?.toString(),
+        subject: cn(cert.subject?.CN),
+        issuer: cn(cert.issuer?.CN),
+        altNames: cert.subjectaltname ?? "",
+      });
+      socket.end();
+    });
+    socket.setTimeout(5_000, () => socket.destroy(new Error("TLS handshake timed out")));
+    socket.on("error", reject);
+  });
+}
+
+/** Caddy's local CA root, from the storage of a test Caddy (its XDG_DATA_HOME is `<dir>/data`). */
+export const localRoot = (dataHome: string) =>
+  readFileSync(join(dataHome, "caddy", "pki", "authorities", "local", "root.crt"), "utf8");
+
+const readConfig = async (caddy: TestCaddy, path: string) =>
+  JSON.parse((await caddy.admin.read(`/config/${path}`)).text) as unknown;
+
+const route = (domain: string, port: number) => ({ domain, upstreams: [{ dial: `127.0.0.1:${port}` }] });
+
+/** Successful writes the agent made to Caddy's admin API: each is one config change (one reload). */
+async function writesToCaddy(call: Awaited<ReturnType<typeof buildTestApp>>["call"]): Promise<number> {
+  const text = (await call({ method: "GET", url: "/metrics" })).body;
+  let sum = 0;
+  for (const method of ["POST", "PUT", "PATCH", "DELETE"]) {
+    const n = metricSample(text, "hostkeeper_caddy_admin_request_duration_seconds_count", {
+      method,
+      outcome: "2xx",
+    });
+    if (!Number.isNaN(n)) sum += n;
+  }
+  return sum;
+}
+
+test("issuer internal: a route's host and the operator's get a certificate of Caddy's local CA on the HTTPS port; the ports stay through route changes", {
+  timeout: 120_000,
+}, async (t) => {
+  const trustBefore = hostPackageState(TRUST_STORES);
+  const caddy = await startCaddy(t, { withServer: false });
+  const httpPort = await freePort();
+  const httpsPort = await freePort();
+  const { call, app } = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${httpPort},127.0.0.1:${httpsPort}`,
+    HOSTKEEPER_CADDY_HTTP_PORT: String(httpPort),
+    HOSTKEEPER_CADDY_HTTPS_PORT: String(httpsPort),
+    HOSTKEEPER_TLS_ISSUER: "internal",
+    HOSTKEEPER_OPERATOR_DOMAIN: "ops.issuance.test",
+  });
+  const up = await startUpstream(t, "app");
+  // The first route creates the managed server, which comes with the ports, the issuer and the CA's trust.
+  const created = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("app.issuance.test", up.port),
+  });
+  assert.equal(created.statusCode, 201, created.body);
+  await app.services.routes.put({
+    "@id": "ops.issuance.test",
+    match: [{ host: ["ops.issuance.test"] }],
+    handle: [{ handler: "static_response", body: "ops" }],
+    terminal: true,
+  });
+
+  const root = await waitFor("Caddy's local CA root", () => localRoot(join(caddy.dir, "data")));
+  for (const host of ["app.issuance.test", "ops.issuance.test"]) {
+    const served = await waitFor(`a certificate for ${host}`, () => servedCertificate(httpsPort, host, root));
+    assert.equal(served.authorized, true, `${host}: ${served.error}`);
+    assert.match(served.issuer, /^Caddy Local Authority/);
+    assert.equal(served.altNames, `DNS:${host}`);
+  }
+  // The HTTPS port speaks TLS only. The HTTP port serves the routes' hosts in plain HTTP too: Caddy puts
+  // its redirects to HTTPS after every route with a host matcher (docs/https.md).
+  const plainOnTls = await viaProxy(httpsPort, "app.issuance.test");
+  assert.equal(plainOnTls.status, 400);
+  assert.match(plainOnTls.body, /HTTP request to an HTTPS server/);
+  assert.deepEqual(await viaProxy(httpPort, "app.issuance.test"), { status: 200, body: "app" });
+
+  const kept = async () => ({
+    http_port: await readConfig(caddy, "apps/http/http_port"),
+    https_port: await readConfig(caddy, "apps/http/https_port"),
+    policies: await readConfig(caddy, "apps/tls/automation/policies"),
+    install_trust: await readConfig(caddy, "apps/pki/certificate_authorities/local/install_trust"),
+    automatic_https: await readConfig(caddy, "apps/http/servers/srv0/automatic_https"),
+  });
+  const expected = {
+    http_port: httpPort,
+    https_port: httpsPort,
+    policies: [{ "@id": ISSUANCE_POLICY_ID, issuers: [{ module: "internal" }] }],
+    install_trust: false,
+    automatic_https: null,
+  };
+  assert.deepEqual(await kept(), expected);
+  // Route changes write the routes only: what the agent keeps beside them stays.
+  const other = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("two.issuance.test", up.port),
+  });
+  assert.equal(other.statusCode, 201, other.body);
+  const gone = await call({ method: "DELETE", url: "/v1/proxy/routes/two.issuance.test" });
+  assert.equal(gone.statusCode, 204, gone.body);
+  assert.deepEqual(await kept(), expected);
+
+  assert.deepEqual(hostPackageState(TRUST_STORES), trustBefore, "the host's trust stores are untouched");
+});
+
+test("issuer off: a listen address that would serve TLS answers plain HTTP", {
+  timeout: 60_000,
+}, async (t) => {
+  const caddy = await startCaddy(t, { withServer: false });
+  const port = await freePort();
+  const { call } = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    // Not the HTTP port (80): with an issuer this address would serve TLS.
+    HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${port}`,
+    HOSTKEEPER_TLS_ISSUER: "off",
+  });
+  const up = await startUpstream(t, "plain");
+  const res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("plain.issuance.test", up.port),
+  });
+  assert.equal(res.statusCode, 201, res.body);
+  assert.deepEqual(await viaProxy(port, "plain.issuance.test"), { status: 200, body: "plain" });
+  assert.deepEqual(await readConfig(caddy, "apps/http/servers/srv0/automatic_https"), { disable: true });
+  assert.equal(await readConfig(caddy, "apps/tls"), null, "no policy of the agent's");
+});
+
+test("issuer acme: Caddy asks HOSTKEEPER_ACME_CA's directory for a route's host, with the configured e-mail", {
+  timeout: 60_000,
+}, async (t) => {
+  // A loopback server standing in for the ACME CA: it records what Caddy asks and answers nothing useful.
+  const asked: { path: string; agent: string }[] = [];
+  const ca = http.createServer((req, res) => {
+    asked.push({ path: req.url ?? "", agent: String(req.headers["user-agent"] ?? "") });
+    res.writeHead(503).end();
+  });
+  await new Promise<void>((r) => ca.listen(0, "127.0.0.1", r));
+  closeAfter(t, ca);
+  const directory = `http://127.0.0.1:${(ca.address() as AddressInfo).port}/acme/directory`;
+  const caddy = await startCaddy(t, { withServer: false });
+  const httpsPort = await freePort();
+  const { call } = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${httpsPort}`,
+    HOSTKEEPER_CADDY_HTTPS_PORT: String(httpsPort),
+    HOSTKEEPER_TLS_ISSUER: "acme",
+    HOSTKEEPER_ACME_CA: directory,
+    HOSTKEEPER_ACME_EMAIL: "ops@issuance.example",
+  });
+  assert.equal(asked.length, 0, "no host, no request to the CA");
+  const up = await startUpstream(t, "acme");
+  const res = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: route("acme.issuance.example", up.port),
+  });
+  assert.equal(res.statusCode, 201, res.body);
+  const first = await waitFor("Caddy's request to the ACME directory", () => asked[0]);
+  assert.equal(first.path, "/acme/directory");
+  assert.match(first.agent, /CertMagic/);
+  assert.deepEqual(await readConfig(caddy, "apps/tls/automation/policies"), [
+    {
+      "@id": ISSUANCE_POLICY_ID,
+      issuers: [{ module: "acme", ca: directory, email: "ops@issuance.example" }],
+    },
+  ]);
+});
+
+test("an adopted Caddy whose config differs is brought in line at start, one change per differing field, none the next time", {
+  timeout: 60_000,
+}, async (t) => {
+  const caddy = await startCaddy(t, {
+    extra: {
+      apps: {
+        // Someone else's policies: one naming its hosts (kept), one catch-all (the agent's place).
+        tls: {
+          automation: {
+            policies: [
+              { subjects: ["other.issuance.test"], issuers: [{ module: "internal" }] },
+              { issuers: [{ module: "acme", email: "old@issuance.example" }] },
+            ],
+          },
+        },
+      },
+    },
+  });
+  const env = { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl, HOSTKEEPER_TLS_ISSUER: "internal" };
+  const first = await buildTestApp(t, { ...env, HOSTKEEPER_CADDY_HTTP_PORT: "8080" });
+  // The policies, http_port and the server's automatic HTTPS (off in the test Caddy) differ: three changes.
+  assert.equal(await writesToCaddy(first.call), 3);
+  assert.deepEqual(await readConfig(caddy, "apps/tls/automation/policies"), [
+    { subjects: ["other.issuance.test"], issuers: [{ module: "internal" }] },
+    { "@id": ISSUANCE_POLICY_ID, issuers: [{ module: "internal" }] },
+  ]);
+  assert.equal(await readConfig(caddy, "apps/http/http_port"), 8080);
+  assert.deepEqual(await readConfig(caddy, "apps/http/servers/srv0/automatic_https"), {});
+
+  // The same settings again: nothing to change.
+  const second = await buildTestApp(t, { ...env, HOSTKEEPER_CADDY_HTTP_PORT: "8080" });
+  assert.equal(await writesToCaddy(second.call), 0);
+
+  // One setting changed: one change.
+  const third = await buildTestApp(t, { ...env, HOSTKEEPER_CADDY_HTTP_PORT: "8081" });
+  assert.equal(await writesToCaddy(third.call), 1);
+  assert.equal(await readConfig(caddy, "apps/http/http_port"), 8081);
+});
