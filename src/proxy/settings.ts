@@ -60,7 +60,7 @@ export const proxySettings = {
     key: "caddyListen",
     env: "HOSTKEEPER_CADDY_LISTEN",
     area: "proxy",
-    doc: "Comma-separated listen addresses of the managed server. Embedded Caddy: the server exists from the start on these, and one another process holds (even through SO_REUSEPORT) stops the start. With `HOSTKEEPER_CADDY_ADMIN`: used when the agent has to create the server.",
+    doc: "Comma-separated listen addresses of the managed server. Embedded Caddy: the server exists from the start on these, and one another process holds (even through SO_REUSEPORT) stops the start. With `HOSTKEEPER_CADDY_ADMIN`: used when the agent has to create the server. Those on `HOSTKEEPER_CADDY_HTTP_PORT` serve plain HTTP, the others TLS unless `HOSTKEEPER_TLS_ISSUER` is `off`.",
     defaultText: ":80,:443",
     default: [":80", ":443"],
     parse: (raw) => {
