@@ -26,17 +26,20 @@ export const ISSUANCE_POLICY_ID = "hostkeeper:issuance";
  */
 export const LOCAL_CA_UNTRUSTED = { certificate_authorities: { local: { install_trust: false } } };
 
-/** The agent's automation policy: the catch-all one, with the configured issuer; undefined for `off`. */
+/**
+ * The agent's automation policy, a catch-all one with the configured issuer; undefined for `off`, and for
+ * `acme` with neither an e-mail nor a CA, where Caddy's own default issuers apply to every name without a
+ * policy (and a Caddy set up by an earlier version of the agent needs no change).
+ */
 export function issuancePolicy(s: Issuance): Record<string, unknown> | undefined {
   if (s.tlsIssuer === "off") return undefined;
-  const issuer =
-    s.tlsIssuer === "internal"
-      ? { module: "internal" }
-      : {
-          module: "acme",
-          ...(s.acmeCa === undefined ? {} : { ca: s.acmeCa }),
-          ...(s.acmeEmail === undefined ? {} : { email: s.acmeEmail }),
-        };
+  if (s.tlsIssuer === "internal") return { "@id": ISSUANCE_POLICY_ID, issuers: [{ module: "internal" }] };
+  if (s.acmeCa === undefined && s.acmeEmail === undefined) return undefined;
+  const issuer = {
+    module: "acme",
+    ...(s.acmeCa === undefined ? {} : { ca: s.acmeCa }),
+    ...(s.acmeEmail === undefined ? {} : { email: s.acmeEmail }),
+  };
   return { "@id": ISSUANCE_POLICY_ID, issuers: [issuer] };
 }
 
@@ -49,14 +52,19 @@ const isCatchAll = (p: unknown) =>
 
 /**
  * Caddy's automation policies as the agent keeps them: every policy that names its hosts kept as it is
- * and where it is, and the one catch-all policy the agent's own, last (Caddy takes the first policy that
- * matches a name, and refuses a second catch-all). A catch-all policy someone else wrote is replaced; with
- * no policy of the agent's (`off`) only the agent's own is removed.
+ * and where it is, and the catch-all place the agent's (Caddy takes the first policy that matches a name,
+ * and refuses a second catch-all): its own policy there, last, or none for Caddy's defaults. A catch-all
+ * policy someone else wrote is removed, except with `off` (`ownsCatchAll` false), where the agent only
+ * removes its own.
  */
-export function policiesWith(current: unknown, policy: Record<string, unknown> | undefined): unknown {
+export function policiesWith(
+  current: unknown,
+  policy: Record<string, unknown> | undefined,
+  ownsCatchAll = policy !== undefined,
+): unknown {
   const list = Array.isArray(current) ? (current as unknown[]) : [];
   const others = list.filter(
-    (p) => !(isObject(p) && p["@id"] === ISSUANCE_POLICY_ID) && !(policy && isCatchAll(p)),
+    (p) => !(isObject(p) && p["@id"] === ISSUANCE_POLICY_ID) && !(ownsCatchAll && isCatchAll(p)),
   );
   const out = policy ? [...others, policy] : others;
   return out.length === 0 && list.length === 0 ? current : out.length === 0 ? undefined : out;
@@ -80,7 +88,11 @@ export function issuanceFields(s: Issuance, server: string): ConfigField[] {
       needs: 1,
       want: () => false,
     },
-    { path: ["apps", "tls", "automation", "policies"], needs: 1, want: (c) => policiesWith(c, policy) },
+    {
+      path: ["apps", "tls", "automation", "policies"],
+      needs: 1,
+      want: (c) => policiesWith(c, policy, s.tlsIssuer !== "off"),
+    },
     port("http_port", s.caddyHttpPort, CADDY_HTTP_PORT),
     port("https_port", s.caddyHttpsPort, CADDY_HTTPS_PORT),
     {

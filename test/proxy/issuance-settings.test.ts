@@ -99,6 +99,8 @@ test("the agent's policy is the one catch-all, last; policies naming hosts stay 
   assert.deepEqual(policiesWith(undefined, ours), [ours]);
   assert.deepEqual(policiesWith([foreignCatchAll, named], ours), [named, ours]);
   assert.deepEqual(policiesWith([{ ...ours, issuers: [] }, named], ours), [named, ours]);
+  // ACME with Caddy's defaults: no policy of the agent's, and the catch-all place kept free for them.
+  assert.deepEqual(policiesWith([foreignCatchAll, named, ours], undefined, true), [named]);
   // Issuer off: the agent's own goes, nothing else.
   assert.deepEqual(policiesWith([named, ours], undefined), [named]);
   assert.deepEqual(policiesWith([foreignCatchAll, ours], undefined), [foreignCatchAll]);

@@ -209,3 +209,17 @@ test("an adopted Caddy whose config differs is brought in line at start, one cha
   assert.equal(await writesToCaddy(third.call), 1);
   assert.equal(await readConfig(caddy, "apps/http/http_port"), 8081);
 });
+
+test("a Caddy as an earlier version of the agent left it gets install_trust false at start, as one change", {
+  timeout: 60_000,
+}, async (t) => {
+  // No local CA setting yet, and nothing it could issue for: its one server has automatic HTTPS off and no
+  // routes. The agent's settings are otherwise those it already holds (issuer off, grace_period 10s).
+  const caddy = await startCaddy(t, { extra: { apps: { pki: undefined } } });
+  assert.equal(await readConfig(caddy, "apps/pki"), null);
+  const { call } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
+  assert.equal(await writesToCaddy(call), 1);
+  assert.deepEqual(await readConfig(caddy, "apps/pki"), {
+    certificate_authorities: { local: { install_trust: false } },
+  });
+});
