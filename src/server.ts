@@ -7,7 +7,7 @@ import { checkPlaintext, Listener } from "./listener/listener.js";
 import { createLogger } from "./logging.js";
 import { packageVersion } from "./paths.js";
 import { agentCaddyFields } from "./proxy/caddy-fields.js";
-import { issuanceWarnings } from "./proxy/issuance.js";
+import { type Issuance, issuanceWarnings, tlsAddresses } from "./proxy/issuance.js";
 import { type CaddyAdminAddress, showCaddyAdmin } from "./proxy/settings.js";
 import { allSettings, loadConfigFromProcess } from "./settings.js";
 import { prepareDataDir } from "./store/data-dir.js";
@@ -100,7 +100,11 @@ async function logStart(
   logger: Logger,
   scheme: "http" | "https",
   api: AddressInfo,
-  proxy: { caddyAdmin: CaddyAdminAddress | undefined; caddyServer: string; caddyListen: readonly string[] },
+  proxy: Issuance & {
+    caddyAdmin: CaddyAdminAddress | undefined;
+    caddyServer: string;
+    caddyListen: readonly string[];
+  },
   embedded: EmbeddedCaddy | undefined,
 ): Promise<void> {
   const versions = {
@@ -116,8 +120,15 @@ async function logStart(
     caddy_server: proxy.caddyServer,
     caddy_listen: [...proxy.caddyListen],
   };
+  // Which listen addresses serve TLS follows from the ports and the issuer (docs/https.md): said, not guessed.
+  const tls = {
+    issuer: proxy.tlsIssuer,
+    http_port: proxy.caddyHttpPort,
+    https_port: proxy.caddyHttpsPort,
+    caddy_listen_tls: [...new Set(tlsAddresses(proxy.caddyListen, proxy).map((a) => a.text))],
+  };
   logger.info(
-    { versions, listen, caddy_mode: embedded ? "embedded" : "external" },
+    { versions, listen, tls, caddy_mode: embedded ? "embedded" : "external" },
     `hostkeeper ${versions.agent} started on Node ${versions.node} with ${embedded ? "embedded" : "external"} Caddy ${versions.caddy ?? "(version unknown)"}; ` +
       `API on ${scheme}://${listen.api}, Caddy admin on ${listen.caddy_admin}, managed server ${listen.caddy_server} on ${listen.caddy_listen.join(", ")}`,
   );

@@ -63,6 +63,18 @@ test("the embedded Caddy: install_trust false and the issuer from its first conf
     /"fields_updated":\["apps\.tls\.automation\.policies","apps\.http\.http_port","apps\.http\.https_port"\]/,
   );
   assert.doesNotMatch(second.log(), /will serve TLS/);
+  // The start line says which listen addresses serve TLS.
+  await second.waitForLog('"tls":{', 10_000);
+  const startLine = second
+    .log()
+    .split("\n")
+    .find((l) => l.includes('"tls":{'));
+  assert.deepEqual(JSON.parse(startLine ?? "{}").tls, {
+    issuer: "internal",
+    http_port: httpPort,
+    https_port: httpsPort,
+    caddy_listen_tls: [`127.0.0.1:${httpsPort}`],
+  });
   const up = await startUpstream(t, "embedded");
   const created = await request(second.port, "POST", "/v1/proxy/routes", base.HOSTKEEPER_TOKEN, {
     domain: "embedded.issuance.test",
