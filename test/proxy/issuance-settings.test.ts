@@ -1,12 +1,14 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { ConfigError } from "../../src/config.js";
+import { agentCaddyFields } from "../../src/proxy/caddy-fields.js";
 import {
   ISSUANCE_POLICY_ID,
   issuanceWarnings,
   policiesWith,
   tlsAddresses,
 } from "../../src/proxy/issuance.js";
+import { managedServerCreation } from "../../src/proxy/server-creation.js";
 import { loadConfig } from "../../src/settings.js";
 
 const proxyOf = (env: Record<string, string>) => loadConfig({ env }).proxy;
@@ -106,4 +108,30 @@ test("the agent's policy is the one catch-all, last; policies naming hosts stay 
   assert.deepEqual(policiesWith([foreignCatchAll, ours], undefined), [foreignCatchAll]);
   assert.equal(policiesWith([ours], undefined), undefined);
   assert.equal(policiesWith(undefined, undefined), undefined);
+});
+
+test("what the agent creates carries the fields that lie in it, and only those", () => {
+  const proxy = proxyOf({
+    HOSTKEEPER_TLS_ISSUER: "off",
+    HOSTKEEPER_CADDY_HTTP_PORT: "8080",
+    HOSTKEEPER_CADDY_SERVER: "edge",
+  });
+  const o = { server: "edge", listen: [":8080"], fields: agentCaddyFields(proxy) };
+  const server = { listen: [":8080"], routes: [], automatic_https: { disable: true } };
+  const pki = { certificate_authorities: { local: { install_trust: false } } };
+  // No config at all: everything, the local CA's trust included (no policy: issuer off).
+  assert.deepEqual(managedServerCreation(null, o, []), {
+    path: "/config/",
+    value: { apps: { pki, http: { http_port: 8080, grace_period: "10s", servers: { edge: server } } } },
+  });
+  // An HTTP app of someone else's: the server alone, with its own field; the app's fields are written apart.
+  assert.deepEqual(managedServerCreation({ apps: { http: { servers: { other: {} } } } }, o, []), {
+    path: "/config/apps/http/servers/edge",
+    value: server,
+  });
+  // No HTTP app: the app with its ports and grace_period, and the server.
+  assert.deepEqual(managedServerCreation({ apps: { pki } }, o, []), {
+    path: "/config/apps/http",
+    value: { http_port: 8080, grace_period: "10s", servers: { edge: server } },
+  });
 });
