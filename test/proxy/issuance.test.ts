@@ -130,14 +130,43 @@ test("issuer off: a listen address that would serve TLS answers plain HTTP", {
   assert.equal(await readConfig(caddy, "apps/tls"), null, "no policy of the agent's");
 });
 
-test("issuer acme: Caddy asks HOSTKEEPER_ACME_CA's directory for a route's host, with the configured e-mail", {
+test("issuer acme: Caddy asks HOSTKEEPER_ACME_CA's directory for a route's host and registers the configured e-mail there", {
   timeout: 60_000,
 }, async (t) => {
-  // A loopback server standing in for the ACME CA: it records what Caddy asks and answers nothing useful.
-  const asked: { path: string; agent: string }[] = [];
+  // A loopback server standing in for the ACME CA (RFC 8555): a directory, nonces, and an account
+  // endpoint that records the new account's payload and refuses it, which ends the attempt there.
+  const asked: { method: string; path: string; agent: string }[] = [];
+  const accounts: { contact?: string[] }[] = [];
   const ca = http.createServer((req, res) => {
-    asked.push({ path: req.url ?? "", agent: String(req.headers["user-agent"] ?? "") });
-    res.writeHead(503).end();
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      asked.push({
+        method: req.method ?? "",
+        path: req.url ?? "",
+        agent: String(req.headers["user-agent"] ?? ""),
+      });
+      const base = `http://127.0.0.1:${(ca.address() as AddressInfo).port}/acme`;
+      res.setHeader("replay-nonce", `n${asked.length}`);
+      if (req.url === "/acme/directory")
+        return res.writeHead(200, { "content-type": "application/json" }).end(
+          JSON.stringify({
+            newNonce: `${base}/nonce`,
+            newAccount: `${base}/account`,
+            newOrder: `${base}/order`,
+            revokeCert: `${base}/revoke`,
+            keyChange: `${base}/key`,
+          }),
+        );
+      if (req.url === "/acme/nonce") return res.writeHead(200).end();
+      if (req.url === "/acme/account") {
+        const jws = JSON.parse(Buffer.concat(chunks).toString()) as { payload: string };
+        accounts.push(JSON.parse(Buffer.from(jws.payload, "base64url").toString()));
+      }
+      res
+        .writeHead(400, { "content-type": "application/problem+json" })
+        .end(JSON.stringify({ type: "urn:ietf:params:acme:error:malformed", detail: "test CA" }));
+    });
   });
   await new Promise<void>((r) => ca.listen(0, "127.0.0.1", r));
   closeAfter(t, ca);
@@ -161,8 +190,11 @@ test("issuer acme: Caddy asks HOSTKEEPER_ACME_CA's directory for a route's host,
   });
   assert.equal(res.statusCode, 201, res.body);
   const first = await waitFor("Caddy's request to the ACME directory", () => asked[0]);
-  assert.equal(first.path, "/acme/directory");
+  assert.deepEqual([first.method, first.path], ["GET", "/acme/directory"]);
   assert.match(first.agent, /CertMagic/);
+  // The account Caddy registers there carries the configured e-mail address.
+  const account = await waitFor("Caddy's new account at the CA", () => accounts[0]);
+  assert.deepEqual(account.contact, ["mailto:ops@issuance.example"]);
   assert.deepEqual(await readConfig(caddy, "apps/tls/automation/policies"), [
     {
       "@id": ISSUANCE_POLICY_ID,
