@@ -1,10 +1,8 @@
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { test } from "node:test";
-import tls from "node:tls";
 import { ISSUANCE_POLICY_ID } from "../../src/proxy/issuance.js";
 import { freePort } from "../../support/loopback.js";
 import { metricSample } from "../../support/prometheus.js";
