@@ -7,6 +7,8 @@ import { currentPrivileges, rootlessFailures, unknownEnvWarnings } from "./confi
 import { checkPlaintext, Listener } from "./listener/listener.js";
 import { createLogger } from "./logging.js";
 import { packageVersion } from "./paths.js";
+import { agentCaddyFields } from "./proxy/caddy-fields.js";
+import { type Issuance, issuanceWarnings, tlsAddresses } from "./proxy/issuance.js";
 import { type CaddyAdminAddress, showCaddyAdmin } from "./proxy/settings.js";
 import { allSettings, loadConfigFromProcess } from "./settings.js";
 import { prepareDataDir } from "./store/data-dir.js";
@@ -21,6 +23,7 @@ export async function serve(): Promise<void> {
   const config = loadConfigFromProcess();
   const logger = await createLogger({ level: config.agent.logLevel, format: config.agent.logFormat });
   for (const warning of unknownEnvWarnings(process.env, allSettings())) logger.warn(warning);
+  for (const warning of issuanceWarnings(config.proxy.caddyListen, config.proxy)) logger.warn(warning);
   const failing = rootlessFailures(config, currentPrivileges());
   if (failing.length > 0)
     logger.warn(
@@ -44,6 +47,7 @@ export async function serve(): Promise<void> {
       binary: config.proxy.caddyBinary,
       server: config.proxy.caddyServer,
       listen: config.proxy.caddyListen,
+      fields: agentCaddyFields(config.proxy),
       restartBackoffMs: config.proxy.caddyRestartBackoffMs,
       adminTimeoutMs: config.proxy.caddyTimeoutMs,
       logRoll: { sizeMb: config.proxy.caddyLogRollSizeMb, keep: config.proxy.caddyLogRollKeep },
@@ -100,7 +104,11 @@ async function logStart(
   logger: Logger,
   scheme: "http" | "https",
   api: AddressInfo,
-  proxy: { caddyAdmin: CaddyAdminAddress | undefined; caddyServer: string; caddyListen: readonly string[] },
+  proxy: Issuance & {
+    caddyAdmin: CaddyAdminAddress | undefined;
+    caddyServer: string;
+    caddyListen: readonly string[];
+  },
   embedded: EmbeddedCaddy | undefined,
 ): Promise<void> {
   const versions = {
@@ -116,8 +124,15 @@ async function logStart(
     caddy_server: proxy.caddyServer,
     caddy_listen: [...proxy.caddyListen],
   };
+  // Which listen addresses serve TLS follows from the ports and the issuer (docs/https.md): said, not guessed.
+  const tls = {
+    issuer: proxy.tlsIssuer,
+    http_port: proxy.caddyHttpPort,
+    https_port: proxy.caddyHttpsPort,
+    caddy_listen_tls: [...new Set(tlsAddresses(proxy.caddyListen, proxy).map((a) => a.text))],
+  };
   logger.info(
-    { versions, listen, caddy_mode: embedded ? "embedded" : "external" },
+    { versions, listen, tls, caddy_mode: embedded ? "embedded" : "external" },
     `hostkeeper ${versions.agent} started on Node ${versions.node} with ${embedded ? "embedded" : "external"} Caddy ${versions.caddy ?? "(version unknown)"}; ` +
       `API on ${scheme}://${listen.api}, Caddy admin on ${listen.caddy_admin}, managed server ${listen.caddy_server} on ${listen.caddy_listen.join(", ")}`,
   );

@@ -12,6 +12,7 @@ import { eventSettings } from "./events/settings.js";
 import { accessSettings } from "./http/settings.js";
 import { checkListenerPairs, listenerSettings } from "./listener/settings.js";
 import { operatorSettings } from "./operator/settings.js";
+import { checkIssuancePairs } from "./proxy/issuance-settings.js";
 import { proxySettings } from "./proxy/settings.js";
 import { systemSettings } from "./system/settings.js";
 import { hostPort } from "./util/urls.js";
@@ -126,6 +127,7 @@ export function loadConfig(source: ConfigSource): AppConfig {
     out[name] = resolveSettings(group as Record<string, Setting<unknown>>, source);
   }
   checkListenerPairs((out as AppConfig).listener);
+  checkIssuancePairs((out as AppConfig).proxy);
   return out as AppConfig;
 }
 

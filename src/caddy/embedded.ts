@@ -1,7 +1,9 @@
 import type { Logger } from "pino";
+import { managedServerCreation } from "../proxy/server-creation.js";
 import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { fs } from "../util/node-builtins.js";
 import { CaddyAdmin } from "./admin.js";
+import type { ConfigField } from "./config-fields.js";
 import { type EmbeddedCaddyFiles, embeddedCaddyFiles } from "./files.js";
 import { refuseForeignListeners, refuseHeldAddresses } from "./listener-checks.js";
 import { type CaddyLogRoll, caddyLogConfig, prepareLogging } from "./log-config.js";
@@ -19,6 +21,8 @@ export interface EmbeddedCaddyOptions {
   server: string;
   /** The managed server's listen addresses (HOSTKEEPER_CADDY_LISTEN). */
   listen: readonly string[];
+  /** The fields the agent keeps in Caddy's config outside the routes (`agentCaddyFields`). */
+  fields: readonly ConfigField[];
   /** See `CaddySupervisorOptions.restartBackoffMs`. */
   restartBackoffMs: number;
   /** Time-out of one admin request while the agent sets Caddy up. */
@@ -57,7 +61,7 @@ export class EmbeddedCaddy {
 
   constructor(private readonly o: EmbeddedCaddyOptions) {
     this.files = embeddedCaddyFiles(o.dataDir);
-    this.server = { name: o.server, listen: o.listen };
+    this.server = { name: o.server, listen: o.listen, fields: o.fields };
     this.address = { kind: "unix", socketPath: this.files.socket };
     this.admin = new CaddyAdmin(this.address, o.adminTimeoutMs);
     this.probe = new CaddyAdmin(this.address, 2_000);
@@ -152,10 +156,17 @@ export class EmbeddedCaddy {
       files: this.files,
       logConfig: caddyLogConfig(this.files.log, this.o.logRoll),
       env: caddyMemoryEnv(this.o.memoryLimitMb),
+      apps: this.bootstrapApps(),
       timeoutMs: this.startTimeoutMs,
       answers: () => this.answers(),
       onExit: (pid, how) => this.supervisor.exited(pid, how),
     });
+  }
+
+  /** The apps of a Caddy started without an autosaved config: the managed server and the agent's fields. */
+  private bootstrapApps(): Record<string, unknown> {
+    const { value } = managedServerCreation(null, { ...this.server, server: this.server.name }, []);
+    return (value as { apps: Record<string, unknown> }).apps;
   }
 
   /** The running Caddy's config as the agent needs it, and its listen addresses its own. */

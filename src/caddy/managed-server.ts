@@ -2,6 +2,7 @@ import type { Logger } from "pino";
 import { CaddyRoutes } from "../proxy/caddy-routes.js";
 import { fs } from "../util/node-builtins.js";
 import type { CaddyAdmin } from "./admin.js";
+import type { ConfigField } from "./config-fields.js";
 import { EmbeddedCaddyError } from "./errors.js";
 
 const { readFileSync } = fs;
@@ -11,6 +12,8 @@ export interface ManagedServer {
   name: string;
   /** HOSTKEEPER_CADDY_LISTEN. */
   listen: readonly string[];
+  /** The fields the agent keeps outside the routes, which the server carries when it is created. */
+  fields?: readonly ConfigField[];
 }
 
 /**
@@ -18,7 +21,11 @@ export interface ManagedServer {
  * config has none, its listen list set when an earlier configuration left another one.
  */
 export async function prepareServer(admin: CaddyAdmin, server: ManagedServer, log: Logger): Promise<void> {
-  const routes = new CaddyRoutes(admin, { server: server.name, listen: server.listen });
+  const routes = new CaddyRoutes(admin, {
+    server: server.name,
+    listen: server.listen,
+    ...(server.fields ? { fields: server.fields } : {}),
+  });
   try {
     if (await routes.ensureServer()) {
       log.info({ server: server.name, listen: server.listen }, "created the managed server");

@@ -22,6 +22,11 @@ export interface LaunchOptions {
   logConfig: Record<string, unknown>;
   /** Environment variables Caddy gets besides the allowed ones of the agent's (its Go memory limit). */
   env: Record<string, string>;
+  /**
+   * Caddy's `apps` from its first start on: the managed server and the fields the agent keeps, above all
+   * the local CA's `install_trust: false`, in force before anything can issue.
+   */
+  apps: Record<string, unknown>;
   /** How long the started Caddy has to answer on its admin socket. */
   timeoutMs: number;
   /** Whether a Caddy answers on the admin socket. */
@@ -43,7 +48,7 @@ export async function launchCaddy(o: LaunchOptions): Promise<RunningCaddy> {
     throw new EmbeddedCaddyError(
       `no Caddy at ${o.binary}: run scripts/fetch-caddy.sh, or set HOSTKEEPER_CADDY_BINARY or HOSTKEEPER_CADDY_ADMIN`,
     );
-  writeBootstrap(o.files, o.logConfig);
+  writeBootstrap(o.files, o.logConfig, o.apps);
   const child = spawnCaddy(o.binary, o.files, o.env);
   let exited: string | undefined;
   // Registered first: a spawn that fails emits "error", which would otherwise be thrown.
@@ -74,8 +79,12 @@ export async function launchCaddy(o: LaunchOptions): Promise<RunningCaddy> {
   );
 }
 
-/** The config Caddy starts from when it has no autosaved one: its admin socket, persisting, and its log. */
-function writeBootstrap(files: EmbeddedCaddyFiles, logConfig: Record<string, unknown>): void {
+/** The config Caddy starts from when it has no autosaved one: its admin socket, persisting, its log, its apps. */
+function writeBootstrap(
+  files: EmbeddedCaddyFiles,
+  logConfig: Record<string, unknown>,
+  apps: Record<string, unknown>,
+): void {
   mkdirSync(files.configHome, { recursive: true, mode: 0o700 });
   mkdirSync(files.dataHome, { recursive: true, mode: 0o700 });
   writeFileSync(
@@ -83,6 +92,7 @@ function writeBootstrap(files: EmbeddedCaddyFiles, logConfig: Record<string, unk
     JSON.stringify({
       admin: { listen: `unix/${files.socket}|0600`, config: { persist: true } },
       logging: { logs: { default: logConfig } },
+      apps,
     }),
     { mode: 0o600 },
   );

@@ -5,11 +5,11 @@ import { Outbox } from "../events/outbox.js";
 import { HealthService, type SupervisedCaddy } from "../health/service.js";
 import { Metrics } from "../metrics/metrics.js";
 import { OperatorService } from "../operator/service.js";
+import { agentCaddyFields } from "../proxy/caddy-fields.js";
 import { ChangeJournal, type RecordedChange } from "../proxy/journal.js";
 import { RouteService } from "../proxy/service.js";
 import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { RouteChangeStore } from "../proxy/store.js";
-import { caddyDuration } from "../proxy/streams.js";
 import { GATHER, RouteWriter } from "../proxy/writer.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
@@ -99,15 +99,14 @@ function buildRoutes(config: AppConfig, db: Db, logger: Logger, o: Shared & { ca
     outbox: o.outbox,
     firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
   });
+  const fields = agentCaddyFields(proxy);
   const writer = new RouteWriter<RecordedChange>(o.caddyAdmin, {
     journal,
     metrics: o.metrics,
     server: proxy.caddyServer,
     listen: proxy.caddyListen,
     gather: { ...GATHER, maxMs: proxy.routeGatherMaxMs },
-    ...(proxy.caddyGracePeriodMs > 0
-      ? { httpApp: { grace_period: caddyDuration(proxy.caddyGracePeriodMs) } }
-      : {}),
+    fields,
     log: logger.child({ component: "route-writer" }),
   });
   const routes = new RouteService({
@@ -116,10 +115,7 @@ function buildRoutes(config: AppConfig, db: Db, logger: Logger, o: Shared & { ca
     journal,
     store,
     operatorRouteId: proxy.operatorDomain,
-    connections: {
-      streamCloseDelayMs: proxy.caddyStreamCloseDelayMs,
-      gracePeriodMs: proxy.caddyGracePeriodMs,
-    },
+    connections: { streamCloseDelayMs: proxy.caddyStreamCloseDelayMs, fields },
     log: logger.child({ component: "routes" }),
   });
   return { writer, routes };

@@ -1,5 +1,6 @@
 import type { Readable } from "node:stream";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
+import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { collectWhenIdle } from "../util/idle-gc.js";
 import { indexRoutes, type Op, opId, type Plan, type RouteJson, type RoutesIndex } from "./plan.js";
@@ -37,8 +38,11 @@ export interface CaddyRoutesOptions {
   server: string;
   /** Listen addresses of the managed server when it has to be created. */
   listen: readonly string[];
-  /** Fields Caddy's HTTP app gets when it has to be created (`grace_period`). */
-  httpApp?: Record<string, unknown>;
+  /**
+   * The agent's fields of Caddy's config outside the routes (caddy-fields.ts): brought in line before the
+   * managed server is created, and carried by what the creation makes.
+   */
+  fields?: readonly ConfigField[];
   /** How long routes parsed for the next change are kept (PARSED_KEPT_MS); tests shorten it. */
   parsedKeptMs?: number;
 }
@@ -311,6 +315,8 @@ export class CaddyRoutes {
       return state;
     }
     if (await this.serverMissing(res.status)) {
+      // Before the server can serve a host: the local CA's trust and the issuer must be in place first.
+      if (this.opts.fields) await new CaddyConfigFields(this.admin).conform(this.opts.fields);
       const whole = await this.admin.read("/config/");
       if (whole.status !== 200 || !whole.etag) throw new CaddyApiError(whole.status, caddyErrorText(whole));
       const config = JSON.parse(whole.text) as Record<string, unknown> | null;

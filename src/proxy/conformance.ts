@@ -1,43 +1,44 @@
 import type { Logger } from "pino";
+import type { ConfigField } from "../caddy/config-fields.js";
 import { caddyDuration, routesHaveDelay, withStreamCloseDelay } from "./streams.js";
 import type { RouteWriter } from "./writer.js";
 
 export interface ConnectionSettings {
   /** `stream_close_delay` every route the agent writes gets on its `reverse_proxy` handlers (0: none). */
   streamCloseDelayMs: number;
-  /** `grace_period` of Caddy's HTTP app (0: Caddy's eternal default, left alone). */
-  gracePeriodMs: number;
+  /** The fields the agent keeps in Caddy's config outside the routes (`agentCaddyFields`). */
+  fields: readonly ConfigField[];
 }
 
 /**
- * Brings a Caddy the agent finds (adopted, or configured by an earlier version) in line with the
- * connection settings: every route's `reverse_proxy` handlers get the configured `stream_close_delay`,
- * and Caddy's HTTP app its `grace_period`, each as one config change made only when something differs.
- * Not a route change of the API: no history, no events, one log line. A failure is logged and the agent
- * starts anyway; every route the agent writes later gets the delay with its change.
+ * Brings a Caddy the agent finds (adopted, or configured by an earlier version) in line with the settings:
+ * the fields the agent keeps outside the routes (the local CA's trust, the TLS issuer, the HTTP and HTTPS
+ * ports, the managed server's automatic HTTPS, `grace_period`), then every route's `reverse_proxy`
+ * handlers their `stream_close_delay`; each field and the routes as one config change made only when it
+ * differs. Not a route change of the API: no history, no events, one log line. A failure is logged and the
+ * agent starts anyway; every route the agent writes later gets the delay with its change.
  */
 export async function conformCaddy(writer: RouteWriter, s: ConnectionSettings, log: Logger): Promise<void> {
   const delay = s.streamCloseDelayMs;
-  const grace = s.gracePeriodMs > 0 ? caddyDuration(s.gracePeriodMs) : undefined;
   try {
     const done = await writer.conform({
       routesConform: (text) => routesHaveDelay(text, delay),
       conformRoute: (r) => withStreamCloseDelay(r, delay),
-      ...(grace === undefined ? {} : { httpApp: { key: "grace_period", value: grace } }),
+      fields: s.fields,
     });
-    if (done.routes > 0 || done.httpApp)
+    if (done.routes > 0 || done.fields.length > 0)
       log.info(
         {
           routes_updated: done.routes,
           stream_close_delay: delay === 0 ? null : caddyDuration(delay),
-          ...(done.httpApp ? { grace_period: grace } : {}),
+          fields_updated: done.fields,
         },
-        "brought Caddy's routes and HTTP app in line with the connection settings",
+        "brought Caddy's config in line with the settings",
       );
   } catch (err) {
     log.warn(
       { err },
-      "could not apply stream_close_delay and grace_period to Caddy's config at start; routes get the delay when they are next written",
+      "could not bring Caddy's config in line with the settings at start (TLS issuance, ports, grace_period, stream_close_delay); routes get the delay when they are next written",
     );
   }
 }

@@ -2,6 +2,7 @@ import { join } from "node:path";
 import { parse, setting } from "../config.js";
 import { projectRoot } from "../paths.js";
 import { normalizeDomain } from "./domain.js";
+import { issuanceSettings } from "./issuance-settings.js";
 
 /** Where `scripts/fetch-caddy.sh` unpacks Caddy; the embedded default when no admin endpoint is configured. */
 export const fetchedCaddyBinary = join(projectRoot(), ".cache/caddy/usr/bin/caddy");
@@ -62,7 +63,7 @@ export const proxySettings = {
     key: "caddyListen",
     env: "HOSTKEEPER_CADDY_LISTEN",
     area: "proxy",
-    doc: "Comma-separated listen addresses of the managed server. Embedded Caddy: the server exists from the start on these, and one another process holds (even through SO_REUSEPORT) stops the start. With `HOSTKEEPER_CADDY_ADMIN`: used when the agent has to create the server.",
+    doc: "Comma-separated listen addresses of the managed server. Embedded Caddy: the server exists from the start on these, and one another process holds (even through SO_REUSEPORT) stops the start. With `HOSTKEEPER_CADDY_ADMIN`: used when the agent has to create the server. Those on `HOSTKEEPER_CADDY_HTTP_PORT` serve plain HTTP, the others TLS unless `HOSTKEEPER_TLS_ISSUER` is `off`.",
     defaultText: ":80,:443",
     default: [":80", ":443"],
     parse: (raw) => {
@@ -181,4 +182,5 @@ export const proxySettings = {
       return id.domain;
     },
   }),
+  ...issuanceSettings,
 };

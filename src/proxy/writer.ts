@@ -1,8 +1,8 @@
 import type { Readable } from "node:stream";
 import type { Logger } from "pino";
 import type { CaddyAdmin } from "../caddy/admin.js";
+import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
 import type { Metrics } from "../metrics/metrics.js";
-import { CaddyHttpApp } from "./caddy-http-app.js";
 import { CaddyRoutes, type CaddyRoutesOptions } from "./caddy-routes.js";
 import { GatherWindow, type GatherWindowOptions } from "./gather-window.js";
 import type { RouteJson } from "./plan.js";
@@ -41,8 +41,8 @@ export interface Conformance {
   routesConform(text: string): boolean;
   /** The route as it must be; the route itself when it needs no change. */
   conformRoute(route: RouteJson): RouteJson;
-  /** A field of Caddy's HTTP app and the value it must hold. */
-  httpApp?: { key: string; value: unknown };
+  /** Fields of Caddy's config outside the routes, in the order they are written (see `ConfigField`). */
+  fields: readonly ConfigField[];
 }
 
 /**
@@ -63,7 +63,7 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
   /** Work that needs the routes to itself (see `exclusive`), run between batches. */
   private readonly chores: (() => Promise<void>)[] = [];
   private readonly caddy: CaddyRoutes;
-  private readonly httpApp: CaddyHttpApp;
+  private readonly fields: CaddyConfigFields;
   private readonly steps: WriteSteps<C>;
   private readonly maxBatch: number;
   private readonly gather: GatherWindow;
@@ -75,7 +75,7 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     private readonly opts: WriterOptions<C>,
   ) {
     this.caddy = new CaddyRoutes(admin, opts);
-    this.httpApp = new CaddyHttpApp(admin);
+    this.fields = new CaddyConfigFields(admin);
     this.steps = new WriteSteps(this.caddy, opts.journal, opts.log);
     this.maxBatch = opts.maxBatch ?? 500;
     this.gather = new GatherWindow(opts.gather ?? GATHER);
@@ -112,25 +112,24 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
   }
 
   /**
-   * Brings every route and Caddy's HTTP app in line with `c`, each as one config change made only when
-   * something differs; returns how many routes changed and whether the HTTP app did. Looked at first
-   * without holding the writer: a Caddy already in line (every start but the first) costs two reads, and a
-   * slow one holds up no route change. The change itself runs between batches, with the routes to itself.
+   * Brings the fields of `c` and every route in line with it, each field and the routes as one config
+   * change made only when it differs (the fields first: the local CA's trust is set before anything can
+   * issue); returns the paths of the fields written and how many routes changed. Looked at first without
+   * holding the writer: a Caddy already in line (every start but the first) costs a few small reads and
+   * one of the routes, and a slow one holds up no route change. The change itself runs between batches,
+   * with the routes to itself.
    */
-  async conform(c: Conformance): Promise<{ routes: number; httpApp: boolean }> {
-    const { httpApp } = c;
-    const [text, httpAppDiffers] = await Promise.all([
-      this.caddy.text(),
-      httpApp === undefined ? false : this.httpApp.fieldDiffers(httpApp.key, httpApp.value),
-    ]);
-    if (c.routesConform(text) && !httpAppDiffers) return { routes: 0, httpApp: false };
-    return this.exclusive(async () => ({
-      routes: await this.caddy.conform(
+  async conform(c: Conformance): Promise<{ routes: number; fields: string[] }> {
+    const [text, differing] = await Promise.all([this.caddy.text(), this.fields.differing(c.fields)]);
+    if (c.routesConform(text) && differing.length === 0) return { routes: 0, fields: [] };
+    return this.exclusive(async () => {
+      const fields = await this.fields.conform(c.fields);
+      const routes = await this.caddy.conform(
         (r) => c.conformRoute(r),
         (t) => c.routesConform(t),
-      ),
-      httpApp: httpApp !== undefined && (await this.httpApp.setField(httpApp.key, httpApp.value)),
-    }));
+      );
+      return { routes, fields };
+    });
   }
 
   /**

@@ -80,11 +80,14 @@ export async function startCaddy(
             },
           },
         }),
+    // Caddy run as root installs its local CA into the host's trust stores the moment it first issues
+    // with it, unless told not to from its first load: every test Caddy is, as the agent's always are.
+    pki: { certificate_authorities: { local: { install_trust: false } } },
     ...(extraApps as Record<string, unknown> | undefined),
   };
   const config: Record<string, unknown> = {
     admin: { listen: `127.0.0.1:${adminPort}`, config: { persist: false } },
-    ...(Object.keys(apps).length > 0 ? { apps } : {}),
+    apps,
     ...extraTop,
   };
   const configPath = join(dir, "config.json");

@@ -156,7 +156,7 @@ test("while a route needs showing differently, the list is parsed and every rout
     journal,
     store,
     operatorRouteId: undefined,
-    connections: { streamCloseDelayMs: 0, gracePeriodMs: 0 },
+    connections: { streamCloseDelayMs: 0, fields: [] },
     log,
     display: view,
   });

@@ -1,0 +1,98 @@
+import { ConfigError, parse, setting } from "../config.js";
+
+/** Whether `host` (of a URL) is this machine's loopback, where Caddy also accepts a CA over plain HTTP. */
+const isLoopback = (host: string) =>
+  host === "localhost" || host === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+
+/** An ACME directory URL Caddy will use: https, or http on the loopback (a CA on this machine). */
+export function parseAcmeCa(raw: unknown): string | undefined {
+  const s = parse.optionalString(raw);
+  if (s === undefined) return undefined;
+  let url: URL;
+  try {
+    url = new URL(s);
+  } catch {
+    throw new Error(`expected the https:// URL of an ACME directory, got "${s}"`);
+  }
+  if (url.protocol !== "https:" && !(url.protocol === "http:" && isLoopback(url.hostname)))
+    throw new Error(
+      `expected the https:// URL of an ACME directory (http:// only on this machine's loopback), got "${s}"`,
+    );
+  // Caddy expands placeholders in the CA's URL: `{env.X}` would be read from Caddy's environment.
+  if (/[{}\s]/.test(s) || url.username || url.password)
+    throw new Error(`"${s}" holds braces, spaces or credentials, which an ACME directory URL does not`);
+  return url.href;
+}
+
+/** An e-mail address for the ACME account: one `@`, no spaces, no `mailto:`, no placeholder braces. */
+export function parseAcmeEmail(raw: unknown): string | undefined {
+  const s = parse.optionalString(raw);
+  if (s === undefined) return undefined;
+  if (!/^[^@\s{}:<>,;"]+@[^@\s{}:<>,;"/]+\.[^@\s{}:<>,;"/]+$/.test(s))
+    throw new Error(`expected an e-mail address such as ops@example.com, got "${s}"`);
+  return s;
+}
+
+export const TLS_ISSUERS = ["acme", "internal", "off"] as const;
+export type TlsIssuer = (typeof TLS_ISSUERS)[number];
+
+/**
+ * How the managed server's hosts get their certificates, and which of its listen addresses serve TLS
+ * (docs/https.md). Part of the proxy's settings.
+ */
+export const issuanceSettings = {
+  tlsIssuer: setting({
+    key: "tlsIssuer",
+    env: "HOSTKEEPER_TLS_ISSUER",
+    area: "proxy",
+    doc: "Where the managed server's hosts get their certificates: `acme` (an ACME CA, see `HOSTKEEPER_ACME_CA`), `internal` (Caddy's local CA, trusted by no one unless you install its root: private networks, staging hosts) or `off` (no TLS: plain HTTP on every listen address, behind a load balancer that terminates TLS). Applied to Caddy's `tls` app at the agent's start and whenever the agent creates the HTTP app. Whatever the issuer, Caddy never installs its local CA into the host's trust stores. See HTTPS and certificates.",
+    defaultText: "acme",
+    default: "acme" as TlsIssuer,
+    parse: parse.enumOf(TLS_ISSUERS),
+  }),
+  acmeEmail: setting({
+    key: "acmeEmail",
+    env: "HOSTKEEPER_ACME_EMAIL",
+    area: "proxy",
+    doc: "E-mail address of the ACME account (issuer `acme`): the CA may write to it about the account and its certificates.",
+    defaultText: "none",
+    default: undefined as string | undefined,
+    parse: parseAcmeEmail,
+  }),
+  acmeCa: setting({
+    key: "acmeCa",
+    env: "HOSTKEEPER_ACME_CA",
+    area: "proxy",
+    doc: "Directory URL of the ACME CA (issuer `acme`), `https://...` (`http://` only on the loopback, for a CA on the same machine). Unset: Caddy's default ACME CA.",
+    defaultText: "Caddy's default",
+    default: undefined as string | undefined,
+    parse: parseAcmeCa,
+  }),
+  caddyHttpPort: setting({
+    key: "caddyHttpPort",
+    env: "HOSTKEEPER_CADDY_HTTP_PORT",
+    area: "proxy",
+    doc: "Caddy's `http_port`: listen addresses on this port serve plain HTTP (and redirect to HTTPS); every other listen address serves TLS unless the issuer is `off`. ACME's HTTP challenge is answered here.",
+    defaultText: "80",
+    default: 80,
+    parse: parse.int(1, 65535),
+  }),
+  caddyHttpsPort: setting({
+    key: "caddyHttpsPort",
+    env: "HOSTKEEPER_CADDY_HTTPS_PORT",
+    area: "proxy",
+    doc: "Caddy's `https_port`: where its HTTP-to-HTTPS redirects point, and where ACME's TLS-ALPN challenge is answered.",
+    defaultText: "443",
+    default: 443,
+    parse: parse.int(1, 65535),
+  }),
+};
+
+/** The settings that must agree with each other; throws a ConfigError naming the pair. */
+export function checkIssuancePairs(s: { caddyHttpPort: number; caddyHttpsPort: number }): void {
+  if (s.caddyHttpPort === s.caddyHttpsPort)
+    throw new ConfigError(
+      "HOSTKEEPER_CADDY_HTTPS_PORT",
+      `must differ from HOSTKEEPER_CADDY_HTTP_PORT (both ${s.caddyHttpPort}): a port serves either plain HTTP or TLS`,
+    );
+}
