@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestContext } from "node:test";
 import { connect, type PeerCertificate } from "node:tls";
+import type pino from "pino";
 import { freePort } from "../../support/loopback.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
@@ -104,7 +105,11 @@ export const DAY = 86_400_000;
  * issues for every host (never installed into the host's trust: `install_trust: false` from the first load),
  * but for `deadHosts`, whose ACME CA is a loopback port nothing listens on. Caddy logs JSON to a file.
  */
-export async function tlsSetup(t: TestContext, deadHosts: string[] = []) {
+export async function tlsSetup(
+  t: TestContext,
+  deadHosts: string[] = [],
+  opts: { logger?: pino.Logger } = {},
+) {
   const tlsPort = await freePort();
   const deadCa = `http://127.0.0.1:${await freePort()}/directory`;
   const logDir = mkdtempSync(join(tmpdir(), "hk-caddylog-"));
@@ -147,11 +152,12 @@ export async function tlsSetup(t: TestContext, deadHosts: string[] = []) {
   });
   const dataDir = join(caddy.dir, "data");
   mkdirSync(join(dataDir, "caddy"), { recursive: true });
-  const h = await buildTestApp(t, {
+  const env = {
     HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
     HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${tlsPort}`,
     HOSTKEEPER_CADDY_DATA_DIR: dataDir,
-  });
+  };
+  const h = await buildTestApp(t, env, opts);
   const up = await startUpstream(t, "u");
   const addRoute = async (domain: string, extra: Record<string, unknown> = {}) => {
     const r = await h.call({
@@ -172,9 +178,9 @@ export async function tlsSetup(t: TestContext, deadHosts: string[] = []) {
     dataDir,
     "caddy",
     "certificates",
-    new URL(deadCa).host.replace(":", "-") + "-directory",
+    `${new URL(deadCa).host.replace(":", "-")}-directory`,
   );
-  return { caddy, ...h, tlsPort, log, dataDir, deadIssuerDir, addRoute, list, entry };
+  return { caddy, env, ...h, tlsPort, log, dataDir, deadIssuerDir, addRoute, list, entry };
 }
 
 /** Puts a certificate into Caddy's storage as Caddy itself stores one it obtained for `name`. */
