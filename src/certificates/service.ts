@@ -158,11 +158,15 @@ export class CertificateService {
       const copies = new CaddyCopies(await this.storageRoot());
       const previous = this.o.store.get(name);
       const others = this.o.store.all().filter((c) => c.name !== name);
-      copies.write(cert);
+      // Every copy Caddy is to load, not only the new one: Caddy refuses a config naming a missing file.
+      for (const c of [...others, cert]) copies.write(c);
       try {
         await this.load(copies, [...others, cert]);
       } catch (err) {
-        copies.removeAllBut(previous ? [...others, previous] : others);
+        // Caddy refused and keeps its config: the new copies go. Without an answer Caddy may have taken
+        // them, so they stay until the next change or start tidies up.
+        if (err instanceof ChangeRejectedError)
+          copies.removeAllBut(previous ? [...others, previous] : others);
         throw err;
       }
       this.o.store.put(cert);
@@ -181,6 +185,7 @@ export class CertificateService {
       if (!this.o.store.get(name)) throw new CertificateNotFoundError(name);
       const copies = new CaddyCopies(await this.storageRoot());
       const kept = this.o.store.all().filter((c) => c.name !== name);
+      for (const c of kept) copies.write(c);
       await this.load(copies, kept);
       this.o.store.remove(name);
       // Only once Caddy no longer names them: Caddy refuses every config change while a loaded file is gone.

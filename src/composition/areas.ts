@@ -67,7 +67,8 @@ export function buildAreas(
   const caddyAdmin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs, metrics);
   const { writer, routes } = buildRoutes(config, db, logger, { metrics, outbox, caddyAdmin });
   const certificates = new CertificateService({
-    tls: new CaddyTlsConfig(caddyAdmin),
+    // Its own client, not counted: the admin API's metrics are those of the requests made for routes.
+    tls: new CaddyTlsConfig(new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs)),
     store: new CustomCertificateStore(agent.dataDir),
     routesText: () => writer.routesText(),
     caddyDataDir: embeddedCaddy
