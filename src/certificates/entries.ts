@@ -71,13 +71,16 @@ export function acmeIssuerKey(ca: string): string {
 
 const LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory";
 
+/** The first automation policy that covers `host`, in Caddy's order (one without subjects covers every name). */
+export function policyFor(host: string, policies: readonly AutomationPolicy[]): AutomationPolicy | undefined {
+  return policies.find((p) => !p.subjects?.length || p.subjects.some((s) => covers(s, host)));
+}
+
 /**
- * The issuer keys Caddy loads a managed certificate for `host` under: those of the first automation policy
- * that covers it (Caddy's order; a policy without subjects covers every name). Undefined when that cannot be
- * told (no policy, one without issuers, an issuer module other than `acme` and `internal`): then any.
+ * The issuer keys Caddy loads a managed certificate under for the names of `policy`. Undefined when that
+ * cannot be told (no policy, one without issuers, an issuer module other than `acme` and `internal`): then any.
  */
-export function issuerKeysFor(host: string, policies: readonly AutomationPolicy[]): string[] | undefined {
-  const policy = policies.find((p) => !p.subjects?.length || p.subjects.some((s) => covers(s, host)));
+export function issuerKeysOf(policy: AutomationPolicy | undefined): string[] | undefined {
   if (!policy?.issuers?.length) return undefined;
   const keys: string[] = [];
   for (const issuer of policy.issuers) {
@@ -87,6 +90,10 @@ export function issuerKeysFor(host: string, policies: readonly AutomationPolicy[
   }
   return keys;
 }
+
+/** `issuerKeysOf` the policy that covers `host`. */
+export const issuerKeysFor = (host: string, policies: readonly AutomationPolicy[]) =>
+  issuerKeysOf(policyFor(host, policies));
 
 /** The hosts the managed server's routes match, from Caddy's text of its routes: sorted, each once. */
 export function hostsOf(routesText: string): string[] {
