@@ -71,7 +71,7 @@ function parseChain(pem: string, issues: InputIssue[]): X509Certificate[] {
   }
   for (let i = 1; i < chain.length; i++) {
     const [child, parent] = [chain[i - 1], chain[i]];
-    if (child && parent && !child.checkIssued(parent))
+    if (child && parent && !(child.checkIssued(parent) && child.verify(parent.publicKey)))
       issues.push({
         field: "certificate_pem",
         message: `certificate ${i + 1} of the chain did not issue certificate ${i}: the chain goes leaf first, each certificate followed by its issuer`,
