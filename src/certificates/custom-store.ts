@@ -21,7 +21,12 @@ const KEY_BLOCK = /-----BEGIN PRIVATE KEY-----[\s\S]*?-----END PRIVATE KEY-----\
 export const contentHash = (certificatePem: string, keyPem: string) =>
   createHash("sha256").update(certificatePem).update("\0").update(keyPem).digest("hex").slice(0, 16);
 
+/** A custom certificate's name: it becomes file names, so the API's pattern is held here too. */
+export const CERTIFICATE_NAME = /^(?!.*\.\.)[a-z0-9][a-z0-9._-]{0,63}$/;
+
 export function customCertificate(name: string, certificatePem: string, keyPem: string): CustomCertificate {
+  if (!CERTIFICATE_NAME.test(name))
+    throw new Error(`${JSON.stringify(name)} is not a custom certificate name`);
   return {
     name,
     certificatePem,
@@ -52,9 +57,13 @@ export class CustomCertificateStore {
     for (const file of names) {
       const text = readFileSync(join(this.dir, file), "utf8");
       const key = KEY_BLOCK.exec(text)?.[0];
-      if (key === undefined) continue;
       const name = file.slice(0, -SUFFIX.length);
-      this.held.set(name, customCertificate(name, `${certificateBlocks(text).join("\n")}\n`, key));
+      try {
+        if (key !== undefined)
+          this.held.set(name, customCertificate(name, `${certificateBlocks(text).join("\n")}\n`, key));
+      } catch {
+        // Not one the agent wrote (another name, no certificate that parses): not a custom certificate.
+      }
     }
   }
 

@@ -1,5 +1,6 @@
 import { type Static, Type } from "@sinclair/typebox";
 import { NullableString, StringEnum } from "../util/typebox.js";
+import { CERTIFICATE_NAME } from "./custom-store.js";
 import { CERTIFICATE_SOURCES, CERTIFICATE_STATUSES } from "./entries.js";
 import { MAX_PEM_BYTES } from "./pem.js";
 
@@ -97,7 +98,7 @@ export const CustomCertificateRequestSchema = Type.Object(
 export const CertificateNameParamsSchema = Type.Object(
   {
     name: Type.String({
-      pattern: "^(?!.*\\.\\.)[a-z0-9][a-z0-9._-]{0,63}$",
+      pattern: CERTIFICATE_NAME.source,
       description:
         "The custom certificate's name, chosen by the caller: 1-64 characters of `a-z 0-9 . _ -`, starting with a letter or digit, without `..` (e.g. `example.com` or `wildcard-example-com`).",
     }),

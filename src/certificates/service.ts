@@ -2,6 +2,7 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import { ChangeRejectedError, ProxyUnavailableError } from "../proxy/errors.js";
+import { sleep } from "../util/timers.js";
 import { CaddyCopies, LOAD_FILES_TAG } from "./caddy-copies.js";
 import { CaddyStorage, CertificateFiles, INTERNAL_ISSUER_KEY, storageKey } from "./caddy-storage.js";
 import type { AutomationPolicy, CaddyTlsConfig, LoadFile } from "./caddy-tls.js";
@@ -222,23 +223,37 @@ export class CertificateService {
    */
   conform(): Promise<void> {
     this.conforming = this.serial(async () => {
-      try {
-        const certs = this.o.store.all();
-        const copies = new CaddyCopies(await this.storageRoot());
-        for (const c of certs) copies.write(c);
-        const changed = await this.load(copies, certs);
-        copies.removeAllBut(certs);
-        if (changed)
-          this.o.log.info(
-            { certificates: certs.map((c) => c.name) },
-            "loaded the custom certificates into Caddy",
-          );
-      } catch (err) {
-        const level = this.o.store.all().length > 0 ? "warn" : "debug";
-        this.o.log[level]({ err }, "could not bring Caddy's custom certificates in line at start");
+      // A write that meets the reload of another change at start (the routes' own conformance) sees its
+      // connection reset: tried again a moment later, a bounded number of times.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await this.conformOnce();
+          return;
+        } catch (err) {
+          if (err instanceof ProxyUnavailableError && attempt < 3) {
+            await sleep(1000);
+            continue;
+          }
+          const level = this.o.store.all().length > 0 ? "warn" : "debug";
+          this.o.log[level]({ err }, "could not bring Caddy's custom certificates in line at start");
+          return;
+        }
       }
     });
     return this.conforming;
+  }
+
+  private async conformOnce(): Promise<void> {
+    const certs = this.o.store.all();
+    const copies = new CaddyCopies(await this.storageRoot());
+    for (const c of certs) copies.write(c);
+    const changed = await this.load(copies, certs);
+    copies.removeAllBut(certs);
+    if (changed)
+      this.o.log.info(
+        { certificates: certs.map((c) => c.name) },
+        "loaded the custom certificates into Caddy",
+      );
   }
 
   /** Resolves once the start's conformance is done. */
