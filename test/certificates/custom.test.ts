@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { describe, test } from "node:test";
@@ -215,5 +216,50 @@ describe("custom certificates", () => {
       certificates: Entry[];
     };
     assert.equal(listed.certificates.find((e) => e.host === "r.test")?.serial, serial);
+  });
+});
+
+describe("where Caddy's storage is", () => {
+  test("a file_system storage in Caddy's config is read, and the copies go to its owner, Caddy's user", async (t) => {
+    if (process.getuid?.() !== 0) return t.skip("needs root, to hand files to another user");
+    const root = mkdtempSync(join(tmpdir(), "hk-storage-"));
+    t.after(() => rmSync(root, { recursive: true, force: true }));
+    // Caddy's user, as the packaged Caddy's hostkeeper-caddy: not the agent's (root).
+    const caddyUser = 65534;
+    chownSync(root, caddyUser, caddyUser);
+    const s = await tlsSetup(t, [], { storageRoot: root });
+    await s.addRoute("st.test");
+    const issued = await waitFor(
+      "st.test to be issued into the configured storage",
+      async () => {
+        const e = await s.entry("st.test");
+        return e?.status === "valid" ? e : undefined;
+      },
+      30_000,
+    );
+    assert.equal(issued.source, "internal");
+    assert.ok(existsSync(join(root, "certificates", "local", "st.test", "st.test.crt")));
+    const ca = testCa(t);
+    const cert = ca.issue(["st.test"], new Date(Date.now() - DAY), new Date(Date.now() + 10 * DAY));
+    const r = await put(s, "st-test", { certificate_pem: cert.cert, key_pem: cert.key });
+    assert.equal(r.statusCode, 201, r.body);
+    assert.equal(await servedSerial(s.tlsPort, "st.test"), (JSON.parse(r.body) as Entry).serial);
+    const copies = join(root, "hostkeeper-custom");
+    const folder = statSync(copies);
+    assert.deepEqual([folder.uid, folder.mode & 0o777], [caddyUser, 0o700]);
+    const files = readdirSync(copies);
+    assert.equal(files.length, 2);
+    for (const f of files) {
+      const st = statSync(join(copies, f));
+      assert.deepEqual([st.uid, st.gid, st.mode & 0o777], [caddyUser, caddyUser, 0o600], f);
+    }
+  });
+
+  test("with neither a storage in Caddy's config nor HOSTKEEPER_CADDY_DATA_DIR the list says so", async (t) => {
+    const s = await tlsSetup(t, [], { storageUnknown: true });
+    const r = await s.call({ method: "GET", url: "/v1/proxy/certificates" });
+    assert.equal(r.statusCode, 503);
+    assert.equal(JSON.parse(r.body).code, "certificate_storage_unknown");
+    assert.match(JSON.parse(r.body).detail, /HOSTKEEPER_CADDY_DATA_DIR/);
   });
 });

@@ -108,7 +108,13 @@ export const DAY = 86_400_000;
 export async function tlsSetup(
   t: TestContext,
   deadHosts: string[] = [],
-  opts: { logger?: pino.Logger } = {},
+  opts: {
+    logger?: pino.Logger;
+    /** Caddy's `storage`: a `file_system` one at this folder, and no HOSTKEEPER_CADDY_DATA_DIR. */
+    storageRoot?: string;
+    /** Neither a storage in Caddy's config nor HOSTKEEPER_CADDY_DATA_DIR. */
+    storageUnknown?: boolean;
+  } = {},
 ) {
   const tlsPort = await freePort();
   const deadCa = `http://127.0.0.1:${await freePort()}/directory`;
@@ -148,16 +154,17 @@ export async function tlsSetup(
       logging: {
         logs: { default: { writer: { output: "file", filename: log }, encoder: { format: "json" } } },
       },
+      ...(opts.storageRoot ? { storage: { module: "file_system", root: opts.storageRoot } } : {}),
     },
   });
   const dataDir = join(caddy.dir, "data");
   mkdirSync(join(dataDir, "caddy"), { recursive: true });
-  const env = {
+  const env: Record<string, string> = {
     HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
     HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${tlsPort}`,
-    HOSTKEEPER_CADDY_DATA_DIR: dataDir,
+    ...(opts.storageRoot || opts.storageUnknown ? {} : { HOSTKEEPER_CADDY_DATA_DIR: dataDir }),
   };
-  const h = await buildTestApp(t, env, opts);
+  const h = await buildTestApp(t, env, opts.logger ? { logger: opts.logger } : {});
   const up = await startUpstream(t, "u");
   const addRoute = async (domain: string, extra: Record<string, unknown> = {}) => {
     const r = await h.call({
@@ -175,8 +182,7 @@ export async function tlsSetup(
   const entry = async (host: string) => (await list()).find((e) => e.host === host);
   // Where Caddy keeps what the dead CA would have issued (certmagic's storage key of its URL).
   const deadIssuerDir = join(
-    dataDir,
-    "caddy",
+    opts.storageRoot ?? join(dataDir, "caddy"),
     "certificates",
     `${new URL(deadCa).host.replace(":", "-")}-directory`,
   );
