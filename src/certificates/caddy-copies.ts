@@ -19,7 +19,7 @@ const {
 export const LOAD_FILES_TAG = "hostkeeper";
 
 /** The folder of the copies, beside Caddy's own `certificates` folder in its storage. */
-export const COPIES_FOLDER = "hostkeeper-custom";
+const COPIES_FOLDER = "hostkeeper-custom";
 
 /**
  * Caddy's copies of the custom certificates: `<storage root>/hostkeeper-custom/<name>.<hash>.crt` and

@@ -51,10 +51,6 @@ export class CaddyTlsConfig {
     return (await this.value<AutomationPolicy[]>("/config/apps/tls/automation/policies")) ?? [];
   }
 
-  async loadFiles(): Promise<LoadFile[]> {
-    return (await this.value<LoadFile[]>("/config/apps/tls/certificates/load_files")) ?? [];
-  }
-
   /**
    * Sets the agent's entries of `apps.tls.certificates.load_files` (those `ours` recognises) to `wanted`,
    * keeping every other entry and every other key of `apps.tls.certificates`, as one config change made only

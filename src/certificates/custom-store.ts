@@ -18,7 +18,7 @@ export interface CustomCertificate {
 const SUFFIX = ".pem";
 const KEY_BLOCK = /-----BEGIN PRIVATE KEY-----[\s\S]*?-----END PRIVATE KEY-----\n?/;
 
-export const contentHash = (certificatePem: string, keyPem: string) =>
+const contentHash = (certificatePem: string, keyPem: string) =>
   createHash("sha256").update(certificatePem).update("\0").update(keyPem).digest("hex").slice(0, 16);
 
 /** A custom certificate's name: it becomes file names, so the API's pattern is held here too. */

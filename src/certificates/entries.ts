@@ -91,10 +91,6 @@ export function issuerKeysOf(policy: AutomationPolicy | undefined): string[] | u
   return keys;
 }
 
-/** `issuerKeysOf` the policy that covers `host`. */
-export const issuerKeysFor = (host: string, policies: readonly AutomationPolicy[]) =>
-  issuerKeysOf(policyFor(host, policies));
-
 /** The hosts the managed server's routes match, from Caddy's text of its routes: sorted, each once. */
 export function hostsOf(routesText: string): string[] {
   const routes = JSON.parse(routesText) as { match?: { host?: unknown }[] }[] | null;

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { storageKey } from "../../src/certificates/caddy-storage.js";
-import { acmeIssuerKey, covers, issuerKeysFor, statusOf } from "../../src/certificates/entries.js";
+import { acmeIssuerKey, covers, issuerKeysOf, policyFor, statusOf } from "../../src/certificates/entries.js";
 import { ObtainErrorLog } from "../../src/certificates/obtain-errors.js";
 import { checkCustomCertificate } from "../../src/certificates/pem.js";
 import { InvalidInputError } from "../../src/util/invalid-input.js";
@@ -59,10 +59,11 @@ describe("names", () => {
       { issuers: [{ module: "internal" }] },
       { subjects: ["b.test"], issuers: [{ module: "acme" }] },
     ];
-    assert.deepEqual(issuerKeysFor("x.a.test", policies), ["ca.test-dir"]);
-    assert.deepEqual(issuerKeysFor("b.test", policies), ["local"]);
-    assert.equal(issuerKeysFor("b.test", []), undefined);
-    assert.equal(issuerKeysFor("b.test", [{ issuers: [{ module: "zerossl" }] }]), undefined);
+    const keys = (host: string, p: typeof policies) => issuerKeysOf(policyFor(host, p));
+    assert.deepEqual(keys("x.a.test", policies), ["ca.test-dir"]);
+    assert.deepEqual(keys("b.test", policies), ["local"]);
+    assert.equal(keys("b.test", []), undefined);
+    assert.equal(keys("b.test", [{ issuers: [{ module: "zerossl" }] }]), undefined);
   });
 });
 
