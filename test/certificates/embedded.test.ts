@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { freePort } from "../../support/loopback.js";
-import { alive, caddyPid, request, startAgent, stopAgent } from "../helpers/serve.js";
+import { alive, caddyPid, killEmbeddedCaddys, request, startAgent, stopAgent } from "../helpers/serve.js";
 import { waitFor } from "../helpers/wait.js";
 import { DAY, type Entry, peerCertificate, testCa } from "./support.js";
 
@@ -120,5 +120,8 @@ describe("custom certificates with the embedded Caddy", () => {
     assert.equal(listed.find((e) => e.name === "e-test" && e.host === null)?.source, "custom");
     assert.equal(await served(s.tlsPort, "e.test"), serial);
     assert.doesNotMatch(again.log(), /loaded the custom certificates into Caddy/, "nothing was out of line");
+    // Stopped here rather than by the hooks, which remove the data dir first: nothing may write it afterwards.
+    assert.equal(await stopAgent(again), 0);
+    await killEmbeddedCaddys(s.dataDir);
   });
 });
