@@ -1,6 +1,10 @@
 import type { FastifyServerFactory } from "fastify";
 import type { Logger } from "pino";
 import type { CaddyAdmin } from "./caddy/admin.js";
+import { certificatesProblem } from "./certificates/problems.js";
+import { registerCertificateRoutes } from "./certificates/routes.js";
+import { certificatesSharedSchemas } from "./certificates/schemas.js";
+import type { CertificateService } from "./certificates/service.js";
 import { type Access, buildAccess } from "./composition/access.js";
 import { type Areas, buildAreas } from "./composition/areas.js";
 import { createFastify } from "./composition/fastify.js";
@@ -67,6 +71,7 @@ declare module "fastify" {
       db: Db;
       outbox: Outbox;
       routes: RouteService;
+      certificates: CertificateService;
       writer: RouteWriter<RecordedChange>;
       /** The client of Caddy's admin API every part of the agent shares (tests spy on its writes). */
       caddyAdmin: CaddyAdmin;
@@ -104,9 +109,20 @@ export async function buildApp({
   const access = buildAccess(config, db, logger, now);
   const app = createFastify(config.agent, access.access.check, logger, serverFactory);
   const areas = buildAreas(config, db, logger, { address: caddyAddress, embedded: embeddedCaddy }, now);
-  const { outbox, routes, writer, caddyAdmin, operator, metrics } = areas;
+  const { outbox, routes, certificates, writer, caddyAdmin, operator, metrics } = areas;
   const { tokens, audit } = access;
-  app.decorate("services", { db, outbox, routes, writer, caddyAdmin, operator, metrics, tokens, audit });
+  app.decorate("services", {
+    db,
+    outbox,
+    routes,
+    certificates,
+    writer,
+    caddyAdmin,
+    operator,
+    metrics,
+    tokens,
+    audit,
+  });
   await registerEdge(app, access, now);
   registerRoutes(app, areas, access);
   manageLifecycle(app, config, db, access, areas, logger);
@@ -126,12 +142,13 @@ async function registerEdge(app: App, { access, audit }: Access, now: () => numb
   trackRoutes(app, table);
   app.decorate("registeredRoutes", () => table.routes());
   echoRequestId(app);
-  registerProblemHandlers(app, table, [systemProblem, proxyProblem, operatorProblem]);
+  registerProblemHandlers(app, table, [systemProblem, proxyProblem, certificatesProblem, operatorProblem]);
   answerExpectations(app, access.check);
   limitRequestBodies(app);
   registerAccessControl(app, access, auditMutations(app, audit, now));
   await registerOpenApi(app);
-  for (const s of [...proxySharedSchemas, ...operatorSharedSchemas]) app.addSchema(s);
+  for (const s of [...proxySharedSchemas, ...certificatesSharedSchemas, ...operatorSharedSchemas])
+    app.addSchema(s);
 }
 
 /** Every area's routes; the callback-taking ones get the deny list their `callback_url` is checked against. */
@@ -140,6 +157,7 @@ function registerRoutes(app: App, areas: Areas, { audit, tokens }: Access) {
   // Any valid token may read the document: it says what exists, not what the token may do with it.
   app.get("/v1/openapi.json", { schema: { hide: true }, config: { scopes: [] } }, async () => app.swagger());
   registerProxyRoutes(app, areas.routes, areas.deny);
+  registerCertificateRoutes(app, areas.certificates);
   registerSystemRoutes(app, areas.system, areas.schedule, areas.deny);
   registerOperatorRoutes(app, areas.operator, areas.deny);
   registerEventRoutes(app, areas.outbox);

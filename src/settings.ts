@@ -1,4 +1,5 @@
 import { resolve } from "node:path";
+import { certificateSettings } from "./certificates/settings.js";
 import {
   type ConfigSource,
   checkUnknownFileKeys,
@@ -109,6 +110,7 @@ export const settingGroups = {
   listener: listenerSettings,
   events: eventSettings,
   proxy: proxySettings,
+  certificates: certificateSettings,
   system: systemSettings,
   operator: operatorSettings,
 };

@@ -1,5 +1,9 @@
 import type { Logger } from "pino";
 import { CaddyAdmin } from "../caddy/admin.js";
+import { embeddedCaddyFiles } from "../caddy/files.js";
+import { CaddyTlsConfig } from "../certificates/caddy-tls.js";
+import { CustomCertificateStore } from "../certificates/custom-store.js";
+import { CertificateService } from "../certificates/service.js";
 import { DenyList } from "../events/egress.js";
 import { Outbox } from "../events/outbox.js";
 import { HealthService, type SupervisedCaddy } from "../health/service.js";
@@ -27,6 +31,7 @@ export interface Areas {
   caddyAdmin: CaddyAdmin;
   writer: RouteWriter<RecordedChange>;
   routes: RouteService;
+  certificates: CertificateService;
   system: SystemService;
   schedule: ScheduleService;
   operator: OperatorService;
@@ -61,6 +66,19 @@ export function buildAreas(
   metrics.readOutboxStates(() => outbox.countByState());
   const caddyAdmin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs, metrics);
   const { writer, routes } = buildRoutes(config, db, logger, { metrics, outbox, caddyAdmin });
+  const certificates = new CertificateService({
+    // Its own client, not counted: the admin API's metrics are those of the requests made for routes.
+    tls: new CaddyTlsConfig(new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs)),
+    store: new CustomCertificateStore(agent.dataDir),
+    routesText: () => writer.routesText(),
+    caddyDataDir: embeddedCaddy
+      ? embeddedCaddyFiles(agent.dataDir).dataHome
+      : config.certificates.caddyDataDir,
+    warningDays: config.certificates.certExpiryWarningDays,
+    now,
+    log: logger.child({ component: "certificates" }),
+  });
+  metrics.readCertificates(() => certificates.list());
   const system = buildSystem(config, db, logger, { metrics, outbox });
   const schedule = new ScheduleService({ db, system, now, log: logger.child({ component: "schedule" }) });
   const operator = new OperatorService({
@@ -82,7 +100,19 @@ export function buildAreas(
     operator,
     outbox,
   });
-  return { metrics, deny, outbox, caddyAdmin, writer, routes, system, schedule, operator, health };
+  return {
+    metrics,
+    deny,
+    outbox,
+    caddyAdmin,
+    writer,
+    routes,
+    certificates,
+    system,
+    schedule,
+    operator,
+    health,
+  };
 }
 
 interface Shared {

@@ -29,6 +29,8 @@ export function manageLifecycle(
   app.addHook("onReady", async () => {
     // In the writer's queue, ahead of any change, without holding up the start on a slow or absent Caddy.
     void areas.routes.conformCaddy();
+    // Ahead of any change of the custom certificates, which wait for it.
+    void areas.certificates.conform();
     await areas.system.start();
     tokens.start();
     pruneAudit();

@@ -21,6 +21,7 @@ export const problemCodes = {
   apply_not_found: { status: 404, title: "Apply not found" },
   schedule_not_found: { status: 404, title: "No maintenance schedule is set" },
   token_not_found: { status: 404, title: "Token not found" },
+  certificate_not_found: { status: 404, title: "Custom certificate not found" },
   method_not_allowed: { status: 405, title: "Method not allowed" },
   route_exists: { status: 409, title: "Route already exists" },
   host_conflict: { status: 409, title: "Host is served by another route" },
@@ -45,6 +46,10 @@ export const problemCodes = {
   proxy_rollback_failed: { status: 503, title: "Proxy change failed and rollback failed" },
   running_instance_unavailable: { status: 503, title: "Running instance unavailable" },
   operator_not_configured: { status: 503, title: "Operator self-update is not configured" },
+  certificate_storage_unknown: {
+    status: 503,
+    title: "Caddy's certificate storage is not known to the agent",
+  },
   insufficient_storage: { status: 507, title: "Insufficient storage" },
 } as const satisfies Record<string, { status: number; title: string }>;
 

@@ -103,6 +103,63 @@ export class Metrics {
     });
   }
 
+  /**
+   * The certificates of the list (`GET /v1/proxy/certificates`), computed when scraped: each one's expiry
+   * by name (the host, or a custom certificate's own name) and source, and how many entries have each
+   * status. A scrape while Caddy cannot be read shows none rather than failing the whole scrape.
+   */
+  readCertificates(
+    list: () => Promise<
+      {
+        host: string | null;
+        name: string | null;
+        source: string | null;
+        status: string;
+        not_after: string | null;
+      }[]
+    >,
+  ): void {
+    type Entries = Awaited<ReturnType<typeof list>>;
+    // One list per scrape for both gauges (the registry reads them at once); none when Caddy cannot be read.
+    let pending: Promise<Entries | undefined> | undefined;
+    const snapshot = () => {
+      pending ??= list()
+        .catch(() => undefined)
+        .finally(() => {
+          pending = undefined;
+        });
+      return pending;
+    };
+    new Gauge({
+      name: `${PREFIX}certificate_expiry_timestamp_seconds`,
+      help: "When each certificate of the certificates list expires (Unix time), by name (the host, or a custom certificate's name) and source (acme, internal, custom); computed at scrape time.",
+      labelNames: ["name", "source"] as const,
+      registers: [this.registry],
+      async collect() {
+        this.reset();
+        for (const e of (await snapshot()) ?? []) {
+          const name = e.host ?? e.name;
+          if (e.not_after !== null && e.source !== null && name !== null)
+            this.set({ name, source: e.source }, Date.parse(e.not_after) / 1000);
+        }
+      },
+    });
+    new Gauge({
+      name: `${PREFIX}certificates`,
+      help: "Entries of the certificates list by status (valid, expiring, expired, missing): one per host of the managed server's routes and one per custom certificate; computed at scrape time.",
+      labelNames: ["status"] as const,
+      registers: [this.registry],
+      async collect() {
+        this.reset();
+        const entries = await snapshot();
+        if (entries === undefined) return;
+        const counts: Record<string, number> = { valid: 0, expiring: 0, expired: 0, missing: 0 };
+        for (const e of entries) counts[e.status] = (counts[e.status] ?? 0) + 1;
+        for (const [status, n] of Object.entries(counts)) this.set({ status }, n);
+      },
+    });
+  }
+
   /** The text a Prometheus scrape gets. */
   exposition(): Promise<string> {
     return this.registry.metrics();

@@ -1,0 +1,26 @@
+import { resolve } from "node:path";
+import { parse, setting } from "../config.js";
+
+export const certificateSettings = {
+  certExpiryWarningDays: setting({
+    key: "certExpiryWarningDays",
+    env: "HOSTKEEPER_CERT_EXPIRY_WARNING_DAYS",
+    area: "proxy",
+    doc: "A certificate in `GET /v1/proxy/certificates` is `expiring` when less time is left than this many days and than a third of its life (where Caddy renews): a healthy 6-day or 12-hour certificate stays `valid`.",
+    defaultText: "14",
+    default: 14,
+    parse: parse.int(1, 365),
+  }),
+  caddyDataDir: setting({
+    key: "caddyDataDir",
+    env: "HOSTKEEPER_CADDY_DATA_DIR",
+    area: "proxy",
+    doc: "With `HOSTKEEPER_CADDY_ADMIN`: that Caddy's data folder (its `XDG_DATA_HOME`), whose `caddy/certificates` the certificates list reads and where custom certificates are put for it, when its config has no `file_system` storage naming another place. The packaged unit sets `/var/lib/hostkeeper-caddy/data`. The embedded Caddy's is `<data dir>/caddy/data`.",
+    defaultText: "none",
+    default: undefined as string | undefined,
+    parse: (raw) => {
+      const s = parse.optionalString(raw);
+      return s === undefined ? undefined : resolve(s);
+    },
+  }),
+};
