@@ -4,16 +4,26 @@ import type { LoadFile } from "./caddy-tls.js";
 import type { CustomCertificate } from "./custom-store.js";
 
 const {
-  chownSync,
-  chmodSync,
+  closeSync,
+  constants,
   existsSync,
+  fchownSync,
+  lchownSync,
+  lstatSync,
   mkdirSync,
+  openSync,
   readdirSync,
   readFileSync,
   rmSync,
   statSync,
-  writeFileSync,
+  writeSync,
 } = fs;
+
+/**
+ * A new file only, never through a link: the folder belongs to Caddy's user, and an agent running as root
+ * that followed a link planted there would write, or give away, any file of the host.
+ */
+const CREATE_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 
 /** The tag of every `load_files` entry the agent wrote: how it tells its own from anyone else's. */
 export const LOAD_FILES_TAG = "hostkeeper";
@@ -55,9 +65,16 @@ export class CaddyCopies {
       [key, cert.keyPem],
     ] as const) {
       if (this.holds(path, text)) continue;
-      writeFileSync(path, text, { mode: 0o600 });
-      chmodSync(path, 0o600);
-      this.own(path, owner);
+      // Unlinking removes whatever is at the path (a link itself, never its target); the open then fails
+      // rather than follow anything put there in between.
+      rmSync(path, { force: true });
+      const fd = openSync(path, CREATE_NEW, 0o600);
+      try {
+        writeSync(fd, text);
+        if (process.getuid?.() === 0) fchownSync(fd, owner.uid, owner.gid);
+      } finally {
+        closeSync(fd);
+      }
     }
   }
 
@@ -89,6 +106,8 @@ export class CaddyCopies {
 
   private holds(path: string, text: string): boolean {
     try {
+      const st = lstatSync(path);
+      if (!st.isFile() || (st.mode & 0o777) !== 0o600) return false;
       return readFileSync(path, "utf8") === text;
     } catch {
       return false;
@@ -105,6 +124,7 @@ export class CaddyCopies {
 
   private own(path: string, owner: { uid: number; gid: number }): void {
     // Only root can give a file away; as anyone else the owner already is the agent's user, Caddy's too.
-    if (process.getuid?.() === 0 && statSync(path).uid !== owner.uid) chownSync(path, owner.uid, owner.gid);
+    // lchown: a folder swapped for a link meanwhile gives the link away, never what it points to.
+    if (process.getuid?.() === 0 && lstatSync(path).uid !== owner.uid) lchownSync(path, owner.uid, owner.gid);
   }
 }

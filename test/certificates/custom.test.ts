@@ -1,5 +1,16 @@
 import assert from "node:assert/strict";
-import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import {
+  chownSync,
+  existsSync,
+  lstatSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -253,6 +264,46 @@ describe("where Caddy's storage is", () => {
       const st = statSync(join(copies, f));
       assert.deepEqual([st.uid, st.gid, st.mode & 0o777], [caddyUser, caddyUser, 0o600], f);
     }
+  });
+
+  test("links Caddy's user puts in place of the copies are replaced, never followed by the agent running as root", async (t) => {
+    if (process.getuid?.() !== 0) return t.skip("needs root, to hand files to another user");
+    const root = mkdtempSync(join(tmpdir(), "hk-storage-"));
+    t.after(() => rmSync(root, { recursive: true, force: true }));
+    chownSync(root, 65534, 65534);
+    const s = await tlsSetup(t, [], { storageRoot: root });
+    const ca = testCa(t);
+    const cert = ca.issue(["ln.test"], new Date(Date.now() - DAY), new Date(Date.now() + 10 * DAY));
+    const r = await put(s, "ln-test", { certificate_pem: cert.cert, key_pem: cert.key });
+    assert.equal(r.statusCode, 201, r.body);
+    // Caddy's user swaps each copy for a link to a file of root's: what a root agent that follows links
+    // would overwrite and give away.
+    const copies = join(root, "hostkeeper-custom");
+    const victims = mkdtempSync(join(tmpdir(), "hk-victim-"));
+    t.after(() => rmSync(victims, { recursive: true, force: true }));
+    for (const f of readdirSync(copies)) {
+      const victim = join(victims, f);
+      writeFileSync(victim, "root's own\n", { mode: 0o644 });
+      rmSync(join(copies, f));
+      symlinkSync(victim, join(copies, f));
+    }
+    await s.app.close();
+    const again = await buildTestApp(t, s.env, { dataDir: s.config.agent.dataDir });
+    await again.app.services.certificates.whenConformed();
+    for (const f of readdirSync(victims)) {
+      const v = statSync(join(victims, f));
+      assert.equal(readFileSync(join(victims, f), "utf8"), "root's own\n", f);
+      assert.deepEqual([v.uid, v.mode & 0o777], [0, 0o644], f);
+      const copy = lstatSync(join(copies, f));
+      assert.ok(copy.isFile(), `${f} is a file again`);
+      assert.deepEqual([copy.uid, copy.mode & 0o777], [65534, 0o600], f);
+    }
+    await again.call({
+      method: "POST",
+      url: "/v1/proxy/routes",
+      payload: { domain: "ln.test", upstreams: [{ dial: "127.0.0.1:9" }] },
+    });
+    assert.equal(await servedSerial(s.tlsPort, "ln.test"), (JSON.parse(r.body) as Entry).serial);
   });
 
   test("with neither a storage in Caddy's config nor HOSTKEEPER_CADDY_DATA_DIR the list says so", async (t) => {
