@@ -44,6 +44,8 @@ export function spawnAgent(env: Record<string, string>, port: number): ServedAge
       PATH: process.env.PATH,
       HOSTKEEPER_LISTEN: `127.0.0.1:${port}`,
       HOSTKEEPER_LOG_LEVEL: "info",
+      // A test Caddy's server (`startCaddy`) serves plain HTTP; the agent keeps it so unless a test asks.
+      ...(env.HOSTKEEPER_CADDY_ADMIN ? { HOSTKEEPER_TLS_ISSUER: "off" } : {}),
       ...env,
     },
     stdio: ["ignore", "pipe", "pipe"],

@@ -59,6 +59,8 @@ test("the agent killed with SIGKILL mid-update finishes or undoes the update whe
     HOSTKEEPER_WEBHOOK_SECRET: TEST_SECRET,
     HOSTKEEPER_LOG_LEVEL: "warn",
     HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    // Plain HTTP on the test Caddy's server, as it was made (`startCaddy`).
+    HOSTKEEPER_TLS_ISSUER: "off",
     HOSTKEEPER_OPERATOR_DOMAIN: DOMAIN,
     HOSTKEEPER_OPERATOR_PORTS: `${await freePort()},${await freePort()}`,
     HOSTKEEPER_OPERATOR_ENV: reaper.env,
