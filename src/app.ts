@@ -32,6 +32,8 @@ import { registerOperatorRoutes } from "./operator/routes.js";
 import { operatorSharedSchemas } from "./operator/schemas.js";
 import type { OperatorService } from "./operator/service.js";
 import { operatorMigrations } from "./operator/store.js";
+import { registerAccessLogRoutes } from "./proxy/access-log-routes.js";
+import type { AccessLogService } from "./proxy/access-log-service.js";
 import type { RecordedChange } from "./proxy/journal.js";
 import { proxyProblem } from "./proxy/problems.js";
 import { registerProxyRoutes } from "./proxy/routes.js";
@@ -67,6 +69,7 @@ declare module "fastify" {
       db: Db;
       outbox: Outbox;
       routes: RouteService;
+      accessLogs: AccessLogService;
       writer: RouteWriter<RecordedChange>;
       /** The client of Caddy's admin API every part of the agent shares (tests spy on its writes). */
       caddyAdmin: CaddyAdmin;
@@ -104,9 +107,10 @@ export async function buildApp({
   const access = buildAccess(config, db, logger, now);
   const app = createFastify(config.agent, access.access.check, logger, serverFactory);
   const areas = buildAreas(config, db, logger, { address: caddyAddress, embedded: embeddedCaddy }, now);
-  const { outbox, routes, writer, caddyAdmin, operator, metrics } = areas;
+  const { outbox, routes, accessLogs, writer, caddyAdmin, operator, metrics } = areas;
   const { tokens, audit } = access;
-  app.decorate("services", { db, outbox, routes, writer, caddyAdmin, operator, metrics, tokens, audit });
+  const services = { db, outbox, routes, accessLogs, writer, caddyAdmin, operator, metrics, tokens, audit };
+  app.decorate("services", services);
   await registerEdge(app, access, now);
   registerRoutes(app, areas, access);
   manageLifecycle(app, config, db, access, areas, logger);
@@ -140,6 +144,7 @@ function registerRoutes(app: App, areas: Areas, { audit, tokens }: Access) {
   // Any valid token may read the document: it says what exists, not what the token may do with it.
   app.get("/v1/openapi.json", { schema: { hide: true }, config: { scopes: [] } }, async () => app.swagger());
   registerProxyRoutes(app, areas.routes, areas.deny);
+  registerAccessLogRoutes(app, areas.accessLogs);
   registerSystemRoutes(app, areas.system, areas.schedule, areas.deny);
   registerOperatorRoutes(app, areas.operator, areas.deny);
   registerEventRoutes(app, areas.outbox);

@@ -12,6 +12,7 @@ import { eventSettings } from "./events/settings.js";
 import { accessSettings } from "./http/settings.js";
 import { checkListenerPairs, listenerSettings } from "./listener/settings.js";
 import { operatorSettings } from "./operator/settings.js";
+import { accessLogSettings } from "./proxy/access-log-settings.js";
 import { proxySettings } from "./proxy/settings.js";
 import { systemSettings } from "./system/settings.js";
 import { hostPort } from "./util/urls.js";
@@ -108,6 +109,7 @@ export const settingGroups = {
   listener: listenerSettings,
   events: eventSettings,
   proxy: proxySettings,
+  accessLogs: accessLogSettings,
   system: systemSettings,
   operator: operatorSettings,
 };

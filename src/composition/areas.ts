@@ -1,10 +1,15 @@
+import { join } from "node:path";
 import type { Logger } from "pino";
 import { CaddyAdmin } from "../caddy/admin.js";
+import { embeddedCaddyFiles } from "../caddy/files.js";
 import { DenyList } from "../events/egress.js";
 import { Outbox } from "../events/outbox.js";
 import { HealthService, type SupervisedCaddy } from "../health/service.js";
 import { Metrics } from "../metrics/metrics.js";
 import { OperatorService } from "../operator/service.js";
+import { AccessLogKeeper } from "../proxy/access-log-keeper.js";
+import { AccessLogService } from "../proxy/access-log-service.js";
+import type { AccessLogFiles } from "../proxy/access-logs.js";
 import { ChangeJournal, type RecordedChange } from "../proxy/journal.js";
 import { RouteService } from "../proxy/service.js";
 import type { CaddyAdminAddress } from "../proxy/settings.js";
@@ -27,6 +32,7 @@ export interface Areas {
   caddyAdmin: CaddyAdmin;
   writer: RouteWriter<RecordedChange>;
   routes: RouteService;
+  accessLogs: AccessLogService;
   system: SystemService;
   schedule: ScheduleService;
   operator: OperatorService;
@@ -60,7 +66,12 @@ export function buildAreas(
   });
   metrics.readOutboxStates(() => outbox.countByState());
   const caddyAdmin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs, metrics);
-  const { writer, routes } = buildRoutes(config, db, logger, { metrics, outbox, caddyAdmin });
+  const { writer, routes, accessLogs } = buildRoutes(config, db, logger, {
+    metrics,
+    outbox,
+    caddyAdmin,
+    embedded: embeddedCaddy !== undefined,
+  });
   const system = buildSystem(config, db, logger, { metrics, outbox });
   const schedule = new ScheduleService({ db, system, now, log: logger.child({ component: "schedule" }) });
   const operator = new OperatorService({
@@ -82,7 +93,19 @@ export function buildAreas(
     operator,
     outbox,
   });
-  return { metrics, deny, outbox, caddyAdmin, writer, routes, system, schedule, operator, health };
+  return {
+    metrics,
+    deny,
+    outbox,
+    caddyAdmin,
+    writer,
+    routes,
+    accessLogs,
+    system,
+    schedule,
+    operator,
+    health,
+  };
 }
 
 interface Shared {
@@ -90,9 +113,32 @@ interface Shared {
   outbox: Outbox;
 }
 
-/** The routes area: its store, the journal of changes, the one writer of Caddy's routes, the service. */
-function buildRoutes(config: AppConfig, db: Db, logger: Logger, o: Shared & { caddyAdmin: CaddyAdmin }) {
+/**
+ * Where Caddy writes the routes' access logs: the setting, else the embedded Caddy's folder; none for an
+ * external Caddy without the setting (the agent cannot know where that Caddy may write).
+ */
+function accessLogFiles(config: AppConfig, embedded: boolean): AccessLogFiles | undefined {
+  const { accessLogDir, accessLogRollMb, accessLogKeep } = config.accessLogs;
+  const dir =
+    accessLogDir ??
+    (embedded ? join(embeddedCaddyFiles(config.agent.dataDir).dir, "access-logs") : undefined);
+  return dir === undefined ? undefined : { dir, rollMb: accessLogRollMb, keep: accessLogKeep };
+}
+
+/**
+ * The routes area: its store, the journal of changes, the one writer of Caddy's routes (keeping the access
+ * logs in line around its batches), the service, and the access logs' own service.
+ */
+function buildRoutes(
+  config: AppConfig,
+  db: Db,
+  logger: Logger,
+  o: Shared & { caddyAdmin: CaddyAdmin; embedded: boolean },
+) {
   const { events, proxy } = config;
+  const files = accessLogFiles(config, o.embedded);
+  const accessLog = logger.child({ component: "access-logs" });
+  const keeper = new AccessLogKeeper(o.caddyAdmin, proxy.caddyServer, files, accessLog);
   const store = new RouteChangeStore(db);
   const journal = new ChangeJournal({
     store,
@@ -108,6 +154,7 @@ function buildRoutes(config: AppConfig, db: Db, logger: Logger, o: Shared & { ca
     ...(proxy.caddyGracePeriodMs > 0
       ? { httpApp: { grace_period: caddyDuration(proxy.caddyGracePeriodMs) } }
       : {}),
+    hooks: keeper,
     log: logger.child({ component: "route-writer" }),
   });
   const routes = new RouteService({
@@ -120,9 +167,18 @@ function buildRoutes(config: AppConfig, db: Db, logger: Logger, o: Shared & { ca
       streamCloseDelayMs: proxy.caddyStreamCloseDelayMs,
       gracePeriodMs: proxy.caddyGracePeriodMs,
     },
+    accessLogs: files !== undefined,
     log: logger.child({ component: "routes" }),
   });
-  return { writer, routes };
+  const accessLogs = new AccessLogService({
+    routes,
+    writer,
+    keeper,
+    files,
+    keepDays: config.accessLogs.accessLogKeepDays,
+    log: accessLog,
+  });
+  return { writer, routes, accessLogs };
 }
 
 /** The package updates area, on the package manager the settings (or the host) select. */

@@ -29,6 +29,9 @@ export function manageLifecycle(
   app.addHook("onReady", async () => {
     // In the writer's queue, ahead of any change, without holding up the start on a slow or absent Caddy.
     void areas.routes.conformCaddy();
+    // Behind it: the access logs brought in line with the routes (a Caddy restarted or adopted), stale
+    // files removed, and again hourly.
+    areas.accessLogs.start();
     await areas.system.start();
     tokens.start();
     pruneAudit();
@@ -42,6 +45,7 @@ export function manageLifecycle(
     tokens.close();
     clearInterval(pruneTimer);
     await areas.operator.close();
+    await areas.accessLogs.close();
     areas.schedule.close();
     // A change's records are finished after its answer; let the writer get there before the database closes.
     await settledWithin(areas.writer.whenIdle(), 5000);

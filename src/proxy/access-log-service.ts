@@ -1,0 +1,93 @@
+import type { Logger } from "pino";
+import { lastLines, removeStaleFiles } from "./access-log-files.js";
+import type { AccessLogKeeper } from "./access-log-keeper.js";
+import { type AccessLogFiles, accessLogFile, loggingOf } from "./access-logs.js";
+import { AccessLogNotFoundError } from "./errors.js";
+import type { RouteService } from "./service.js";
+import type { RouteWriter } from "./writer.js";
+
+export interface AccessLogServiceOptions {
+  routes: RouteService;
+  writer: Pick<RouteWriter, "followUp">;
+  keeper: AccessLogKeeper;
+  /** Where Caddy writes the files; undefined when the agent has none (an external Caddy without the setting). */
+  files: AccessLogFiles | undefined;
+  /** Days a file of a route that no longer logs is kept after its last write. */
+  keepDays: number;
+  log: Logger;
+  /** How often stale files are looked for and Caddy's access log config brought in line; default hourly. */
+  sweepMs?: number;
+}
+
+/**
+ * The access logs' own work besides the route changes: reading a route's newest lines, and, at start and
+ * then hourly, bringing Caddy's access log config in line with the routes (a Caddy restarted or adopted)
+ * and removing the files of routes that no longer log once they are `keepDays` old.
+ */
+export class AccessLogService {
+  private timer: NodeJS.Timeout | undefined;
+  private sweeping: Promise<void> = Promise.resolve();
+
+  constructor(private readonly o: AccessLogServiceOptions) {}
+
+  /** Whether routes can be given a log (the agent has a folder for the files). */
+  get available(): boolean {
+    return this.o.files !== undefined;
+  }
+
+  /** The newest `n` entries of the route's log, oldest first: each a JSON line Caddy wrote, parsed. */
+  async tail(routeId: string, n: number): Promise<unknown[]> {
+    const route = await this.o.routes.get(routeId);
+    const files = this.o.files;
+    if (loggingOf(route) === undefined || files === undefined)
+      throw new AccessLogNotFoundError(
+        `route ${routeId} has no access log (it is written without access_log: true)`,
+      );
+    const lines = await lastLines(accessLogFile(files.dir, routeId), n);
+    const entries: unknown[] = [];
+    for (const line of lines) {
+      try {
+        entries.push(JSON.parse(line));
+      } catch {
+        // A line cut short (a crash mid-write): not an entry.
+      }
+    }
+    return entries;
+  }
+
+  start(): void {
+    this.sweeping = this.sweep();
+    this.timer = setInterval(() => {
+      this.sweeping = this.sweep();
+    }, this.o.sweepMs ?? 3_600_000);
+    this.timer.unref();
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await this.sweeping;
+  }
+
+  /**
+   * One sweep: Caddy's config in line with the routes, then the stale files removed, both before any route
+   * change can come between (a route created again opens its old file, whose time is the last write's).
+   * Never throws.
+   */
+  async sweep(): Promise<void> {
+    const files = this.o.files;
+    await this.o.writer
+      .followUp(async () => {
+        const logging = this.o.keeper.loggingIds();
+        if (files === undefined || logging === undefined) return;
+        const removed = await removeStaleFiles(files.dir, logging, this.o.keepDays);
+        if (removed.length > 0)
+          this.o.log.info(
+            { files: removed, dir: files.dir },
+            "removed the access log files of routes that no longer log",
+          );
+      })
+      .catch((err: unknown) =>
+        this.o.log.warn({ err }, "could not remove the access log files of routes that no longer log"),
+      );
+  }
+}
