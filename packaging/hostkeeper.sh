@@ -5,5 +5,6 @@
 : "${HOSTKEEPER_CADDY_ADMIN=unix:/run/hostkeeper-caddy/admin.sock}"
 : "${HOSTKEEPER_CADDY_BINARY=/usr/lib/hostkeeper/caddy/caddy}"
 : "${HOSTKEEPER_OPERATOR_UPSTREAM_FILE=/var/lib/hostkeeper-proxy/operator-upstream}"
-export HOSTKEEPER_CADDY_ADMIN HOSTKEEPER_CADDY_BINARY HOSTKEEPER_OPERATOR_UPSTREAM_FILE
+: "${HOSTKEEPER_ACCESS_LOG_DIR=/var/lib/hostkeeper-caddy/access-logs}"
+export HOSTKEEPER_CADDY_ADMIN HOSTKEEPER_CADDY_BINARY HOSTKEEPER_OPERATOR_UPSTREAM_FILE HOSTKEEPER_ACCESS_LOG_DIR
 exec /usr/lib/hostkeeper/node/bin/node /usr/lib/hostkeeper/dist/src/cli/main.js "$@"
