@@ -45,7 +45,7 @@ export function manageLifecycle(
     tokens.close();
     clearInterval(pruneTimer);
     await areas.operator.close();
-    await areas.accessLogs.close();
+    areas.accessLogs.close();
     areas.schedule.close();
     // A change's records are finished after its answer; let the writer get there before the database closes.
     await settledWithin(areas.writer.whenIdle(), 5000);

@@ -64,11 +64,11 @@ export function routeIdOfFile(name: string): string | undefined {
 }
 
 /**
- * Removes the files in `dir` of routes not in `logging` (deleted, or no longer logging) that were last
- * written more than `keepDays` days ago, rolled ones included; a file of a route that logs is never removed.
- * Returns the names removed.
+ * The files in `dir` of routes not in `logging` (deleted, or no longer logging) that were last written more
+ * than `keepDays` days ago, rolled ones included; never a file of a route in `logging`, nor a file that is
+ * no route's.
  */
-export async function removeStaleFiles(
+export async function staleFiles(
   dir: string,
   logging: ReadonlySet<string>,
   keepDays: number,
@@ -82,15 +82,30 @@ export async function removeStaleFiles(
     throw err;
   }
   const before = now - keepDays * 86_400_000;
-  const removed: string[] = [];
+  const stale: string[] = [];
   for (const name of names) {
     const id = routeIdOfFile(name);
     if (id === undefined || logging.has(id)) continue;
-    const path = join(dir, name);
-    const s = await stat(path).catch(() => undefined);
-    if (!s?.isFile() || s.mtimeMs > before) continue;
-    await unlink(path).catch(() => undefined);
-    removed.push(name);
+    const s = await stat(join(dir, name)).catch(() => undefined);
+    if (s?.isFile() && s.mtimeMs <= before) stale.push(name);
+  }
+  return stale;
+}
+
+/** Removes the stale files (see `staleFiles`); returns the names removed. */
+export async function removeStaleFiles(
+  dir: string,
+  logging: ReadonlySet<string>,
+  keepDays: number,
+): Promise<string[]> {
+  const removed: string[] = [];
+  for (const name of await staleFiles(dir, logging, keepDays)) {
+    try {
+      await unlink(join(dir, name));
+      removed.push(name);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    }
   }
   return removed;
 }

@@ -65,6 +65,19 @@ export class AccessLogKeeper implements BatchHooks {
   }
 
   /**
+   * Whether Caddy's access log config is in line with the routes, and the ids of the routes that log: read
+   * without holding the writer, so a slow or hung Caddy holds up no route change (a Caddy in line, every
+   * start but the first, costs these reads and nothing more).
+   */
+  async look(): Promise<{ inLine: boolean; logging: ReadonlySet<string> }> {
+    const routes = loggingRoutesOf(await this.routesText());
+    const logging = new Set(routes.map((r) => r.id));
+    const files = this.files;
+    if (files === undefined) return { inLine: true, logging };
+    return { inLine: !(await this.caddy.differs(accessLogState(routes, files))), logging };
+  }
+
+  /**
    * The ids of the routes that logged when `idle` last read them; undefined when that read failed. Read
    * right after `idle` in the same turn of the writer, it is what Caddy holds (the routes are read once).
    */

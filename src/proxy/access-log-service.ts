@@ -1,5 +1,5 @@
 import type { Logger } from "pino";
-import { lastLines, removeStaleFiles } from "./access-log-files.js";
+import { lastLines, removeStaleFiles, staleFiles } from "./access-log-files.js";
 import type { AccessLogKeeper } from "./access-log-keeper.js";
 import { type AccessLogFiles, accessLogFile, loggingOf } from "./access-logs.js";
 import { AccessLogNotFoundError } from "./errors.js";
@@ -26,14 +26,9 @@ export interface AccessLogServiceOptions {
  */
 export class AccessLogService {
   private timer: NodeJS.Timeout | undefined;
-  private sweeping: Promise<void> = Promise.resolve();
+  private first: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: AccessLogServiceOptions) {}
-
-  /** Whether routes can be given a log (the agent has a folder for the files). */
-  get available(): boolean {
-    return this.o.files !== undefined;
-  }
 
   /** The newest `n` entries of the route's log, oldest first: each a JSON line Caddy wrote, parsed. */
   async tail(routeId: string, n: number): Promise<unknown[]> {
@@ -55,39 +50,51 @@ export class AccessLogService {
     return entries;
   }
 
+  /** Sweeps now (see `sweep`), then hourly. */
   start(): void {
-    this.sweeping = this.sweep();
-    this.timer = setInterval(() => {
-      this.sweeping = this.sweep();
-    }, this.o.sweepMs ?? 3_600_000);
+    this.first = this.sweep();
+    this.timer = setInterval(() => void this.sweep(), this.o.sweepMs ?? 3_600_000);
     this.timer.unref();
   }
 
-  async close(): Promise<void> {
-    clearInterval(this.timer);
-    await this.sweeping;
+  /** Resolves once the start's sweep has ended, however it ended. */
+  whenStarted(): Promise<void> {
+    return this.first;
   }
 
   /**
-   * One sweep: Caddy's config in line with the routes, then the stale files removed, both before any route
-   * change can come between (a route created again opens its old file, whose time is the last write's).
+   * Stops the timer. A sweep under way is not waited for: it touches no database, and its work inside the
+   * writer is what the writer's own wait at close covers; its reads may hang on Caddy for a whole time-out.
+   */
+  close(): void {
+    clearInterval(this.timer);
+  }
+
+  /**
+   * One sweep: Caddy's access log config brought in line with the routes, and the stale files removed. Both
+   * are looked at first without holding the writer (a slow or hung Caddy holds up no route change); each
+   * is done only when needed, with the routes to itself: the removal reads the routes again there, so a
+   * route created meanwhile, which opens its old file again (whose time is its last write's), keeps it.
    * Never throws.
    */
   async sweep(): Promise<void> {
     const files = this.o.files;
-    await this.o.writer
-      .followUp(async () => {
+    try {
+      const look = await this.o.keeper.look();
+      const stale = files && (await staleFiles(files.dir, look.logging, this.o.keepDays));
+      if (look.inLine && !stale?.length) return;
+      await this.o.writer.followUp(async () => {
         const logging = this.o.keeper.loggingIds();
-        if (files === undefined || logging === undefined) return;
+        if (files === undefined || logging === undefined || !stale?.length) return;
         const removed = await removeStaleFiles(files.dir, logging, this.o.keepDays);
         if (removed.length > 0)
           this.o.log.info(
             { files: removed, dir: files.dir },
             "removed the access log files of routes that no longer log",
           );
-      })
-      .catch((err: unknown) =>
-        this.o.log.warn({ err }, "could not remove the access log files of routes that no longer log"),
-      );
+      });
+    } catch (err) {
+      this.o.log.warn({ err }, "could not look after the access logs");
+    }
   }
 }

@@ -59,10 +59,17 @@ export interface LoggingRoute {
   hosts: string[];
 }
 
+/**
+ * A route id as the agent derives them (lowercase labels, a leading `*.` for a wildcard): only such a route
+ * names a file, so a route written by hand with another id can never point the agent outside the folder.
+ */
+const ROUTE_ID = /^(?:\*\.)?[a-z0-9_-]+(?:\.[a-z0-9_-]+)*$/;
+
 /** The route's logging, when it logs (its first handler names its logger); else undefined. */
 export function loggingOf(route: RouteJson | null | undefined): LoggingRoute | undefined {
   const id = route?.["@id"];
-  if (typeof id !== "string" || !isAccessLogHandler(route?.handle?.[0], id)) return undefined;
+  if (typeof id !== "string" || !ROUTE_ID.test(id) || !isAccessLogHandler(route?.handle?.[0], id))
+    return undefined;
   return { id, hosts: route?.match?.flatMap((m) => m.host ?? []) ?? [] };
 }
 

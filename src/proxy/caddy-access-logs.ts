@@ -42,12 +42,32 @@ export class CaddyAccessLogs {
 
   /** Brings the logs in line with `want` (see AccessLogMode): the logs first, so a mapped host has its file. */
   async bringInLine(want: AccessLogState, mode: AccessLogMode): Promise<AccessLogWrites> {
-    const logging = await this.conformLogging(want, mode);
-    const server = await this.conformServer(want, mode);
-    return { logging, server: server === "written", serverMissing: server === "missing" };
+    const p = await this.plan(want, mode);
+    for (const w of [p.logging, p.server]) if (w) await this.admin.write(w.method, w.path, w.value, w.etag);
+    return {
+      logging: p.logging !== undefined,
+      server: p.server !== undefined,
+      serverMissing: p.serverMissing,
+    };
   }
 
-  private async conformLogging(want: AccessLogState, mode: AccessLogMode): Promise<boolean> {
+  /** Whether Caddy holds something else than `want` for the agent's parts; reads only. */
+  async differs(want: AccessLogState): Promise<boolean> {
+    const p = await this.plan(want, "exact");
+    return p.logging !== undefined || p.server !== undefined;
+  }
+
+  /** The writes that bring each part in line, from one read of each (their ETags go with them). */
+  private async plan(want: AccessLogState, mode: AccessLogMode) {
+    const [logging, server] = await Promise.all([this.planLogging(want, mode), this.planServer(want, mode)]);
+    return {
+      logging,
+      server: server === "missing" ? undefined : server,
+      serverMissing: server === "missing",
+    };
+  }
+
+  private async planLogging(want: AccessLogState, mode: AccessLogMode): Promise<Write | undefined> {
     const res = await this.admin.read("/config/logging");
     if (res.status !== 200) throw new CaddyApiError(res.status, caddyErrorText(res));
     const logging = JSON.parse(res.text) as Json | null;
@@ -58,37 +78,46 @@ export class CaddyAccessLogs {
         if (key.startsWith(ACCESS_LOG_PREFIX) && !want.logs.has(key)) delete next[key];
     for (const [key, log] of want.logs) next[key] = log;
     if (want.logs.size > 0) next.default = withoutAccessEntries(next.default);
-    if (canonicalJson(next) === canonicalJson(current)) return false;
-    if (logging === null) await this.admin.write("POST", "/config/logging", { logs: next }, res.etag);
-    else await this.admin.write("POST", "/config/logging/logs", next, res.etag);
-    return true;
+    if (canonicalJson(next) === canonicalJson(current)) return undefined;
+    // POST sets an object's key whether or not it is there; If-Match (of /config/logging) keeps it off a
+    // concurrent change.
+    return logging === null
+      ? { method: "POST", path: "/config/logging", value: { logs: next }, etag: res.etag }
+      : { method: "POST", path: "/config/logging/logs", value: next, etag: res.etag };
   }
 
-  private async conformServer(
+  private async planServer(
     want: AccessLogState,
     mode: AccessLogMode,
-  ): Promise<"written" | "unchanged" | "missing"> {
+  ): Promise<Write | "missing" | undefined> {
     const res = await this.admin.read(this.serverLogsPath);
     // A missing server reads as 400 (its parent is missing): there is no host to map yet.
-    if (res.status === 400 || res.status === 404) return want.hosts.size === 0 ? "unchanged" : "missing";
+    if (res.status === 400 || res.status === 404) return want.hosts.size === 0 ? undefined : "missing";
     if (res.status !== 200) throw new CaddyApiError(res.status, caddyErrorText(res));
     const current = JSON.parse(res.text) as Json | null;
     const ours = isOwnServerLogs(current);
     const hosts = new Set(want.hosts);
     if (mode === "add" && ours)
       for (const h of Object.keys((current?.logger_names ?? {}) as Json)) hosts.add(h);
+    const path = this.serverLogsPath;
     if (hosts.size === 0) {
       // No route logs: a server without `logs` records no request at all. A `logs` the agent did not
       // write (an adopted Caddy's) stays while no route logs.
-      if (!ours || mode === "add") return "unchanged";
-      await this.admin.write("DELETE", this.serverLogsPath, undefined, res.etag);
-      return "written";
+      if (!ours || mode === "add") return undefined;
+      return { method: "DELETE", path, value: undefined, etag: res.etag };
     }
     const next = serverLogs(hosts);
-    if (canonicalJson(next) === canonicalJson(current)) return "unchanged";
-    await this.admin.write("POST", this.serverLogsPath, next, res.etag);
-    return "written";
+    if (canonicalJson(next) === canonicalJson(current)) return undefined;
+    return { method: "POST", path, value: next, etag: res.etag };
   }
+}
+
+/** One write of a part, with the ETag of the read it was planned from. */
+interface Write {
+  method: "POST" | "DELETE";
+  path: string;
+  value: unknown;
+  etag: string | undefined;
 }
 
 /** The default log as it was, but taking no access entry: those go to the routes' files or nowhere. */

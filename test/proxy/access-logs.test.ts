@@ -4,6 +4,7 @@ import http from "node:http";
 import { join } from "node:path";
 import { test } from "node:test";
 import { lastLines } from "../../src/proxy/access-log-files.js";
+import { buildTestApp } from "../helpers/app.js";
 import { waitFor } from "../helpers/wait.js";
 import { accessLogSetup, cookieUpstream, type Entry, write } from "./access-log-support.js";
 
@@ -225,4 +226,36 @@ test("Caddy rolls a route's log at its size and keeps HOSTKEEPER_ACCESS_LOG_KEEP
   assert.equal(tail.length, 5);
   const all = (await s.tail("roll.log.test", "?lines=10000")).body as Entry[];
   assert.ok(all.length > 0 && all.length < 150, `the current file's lines only: ${all.length}`);
+});
+
+test("an agent starting on a Caddy whose access log config went astray brings it in line with the routes", async (t) => {
+  const s = await accessLogSetup(t);
+  const port = await cookieUpstream(t);
+  await s.call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: write("adopt.log.test", port, { access_log: true }),
+  });
+  // By hand: the route's log and host map gone, a log of a route that does not exist, the default log's
+  // exclude gone.
+  const logs = (await s.config("/config/logging/logs")) as Record<string, unknown>;
+  const [own] = Object.keys(logs).filter((k) => k.startsWith("hostkeeper_access_"));
+  await s.caddy.admin.write("POST", "/config/logging/logs", {
+    hostkeeper_access_0000000000000000: { writer: { output: "discard" } },
+  });
+  await s.caddy.admin.write("DELETE", "/config/apps/http/servers/srv0/logs");
+  const next = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: s.caddy.adminUrl,
+    HOSTKEEPER_ACCESS_LOG_DIR: s.dir,
+  });
+  assert.ok(next);
+  const now = (await s.config("/config/logging/logs")) as Record<string, { exclude?: string[] }>;
+  assert.deepEqual(Object.keys(now).sort(), ["default", own].sort());
+  assert.deepEqual(now.default?.exclude, ["http.log.access"]);
+  const hosts = (await s.config("/config/apps/http/servers/srv0/logs")) as { logger_names: object };
+  assert.deepEqual(Object.keys(hosts.logger_names), ["adopt.log.test"]);
+  await s.send("adopt.log.test", "/after-start");
+  await waitFor("the entry", async () =>
+    (await lastLines(join(s.dir, "adopt.log.test.log"), 5)).length === 1 ? true : undefined,
+  );
 });
