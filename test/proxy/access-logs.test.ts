@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { lastLines } from "../../src/proxy/access-log-files.js";
 import { buildTestApp } from "../helpers/app.js";
+import { startCaddy } from "../helpers/caddy.js";
 import { waitFor } from "../helpers/wait.js";
 import { accessLogSetup, cookieUpstream, type Entry, write } from "./access-log-support.js";
 
@@ -257,5 +258,48 @@ test("an agent starting on a Caddy whose access log config went astray brings it
   await s.send("adopt.log.test", "/after-start");
   await waitFor("the entry", async () =>
     (await lastLines(join(s.dir, "adopt.log.test.log"), 5)).length === 1 ? true : undefined,
+  );
+});
+
+test("a route whose log Caddy refuses is not written, and changes without a log go on", async (t) => {
+  // Not even root can make a folder in /proc: Caddy refuses a log there, and keeps its config.
+  const s = await accessLogSetup(t, { HOSTKEEPER_ACCESS_LOG_DIR: "/proc/hk-access-logs" });
+  const port = await cookieUpstream(t);
+  const refused = await s.call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: write("refused.log.test", port, { access_log: true }),
+  });
+  assert.equal(refused.statusCode, 503, refused.body);
+  assert.equal(refused.json().code, "proxy_rejected_change");
+  assert.equal((await s.call({ method: "GET", url: "/v1/proxy/routes/refused.log.test" })).statusCode, 404);
+  const plain = await s.call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: write("plain.log.test", port),
+  });
+  assert.equal(plain.statusCode, 201, plain.body);
+  assert.equal((await s.caddy.admin.read("/config/logging")).text.trim(), "null", "Caddy kept its config");
+});
+
+test("with an external Caddy and no folder for the files, access_log: true is refused", async (t) => {
+  const caddy = await startCaddy(t);
+  const h = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
+  const r = await h.call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: write("nofolder.log.test", 1, { access_log: true }),
+  });
+  assert.equal(r.statusCode, 400);
+  assert.equal(r.json().errors[0].field, "body.access_log");
+  assert.equal(
+    (
+      await h.call({
+        method: "POST",
+        url: "/v1/proxy/routes",
+        payload: write("nofolder.log.test", 1, { access_log: false }),
+      })
+    ).statusCode,
+    201,
   );
 });
