@@ -127,9 +127,8 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
    */
   followUp(then?: () => Promise<void>): Promise<void> {
     const hooks = this.opts.hooks;
-    if (!hooks) return Promise.resolve();
     return this.exclusive(async () => {
-      await this.idleHook(hooks);
+      if (hooks) await this.idleHook(hooks);
       await then?.();
     });
   }
