@@ -7,6 +7,7 @@
 : "${HOSTKEEPER_OPERATOR_UPSTREAM_FILE=/var/lib/hostkeeper-proxy/operator-upstream}"
 : "${HOSTKEEPER_CADDY_ENV_FILE=/var/lib/hostkeeper/caddy.env}"
 : "${HOSTKEEPER_CADDY_DATA_DIR=/var/lib/hostkeeper-caddy/data}"
+: "${HOSTKEEPER_ACCESS_LOG_DIR=/var/lib/hostkeeper-caddy/access-logs}"
 export HOSTKEEPER_CADDY_ADMIN HOSTKEEPER_CADDY_BINARY HOSTKEEPER_OPERATOR_UPSTREAM_FILE HOSTKEEPER_CADDY_ENV_FILE \
-  HOSTKEEPER_CADDY_DATA_DIR
+  HOSTKEEPER_CADDY_DATA_DIR HOSTKEEPER_ACCESS_LOG_DIR
 exec /usr/lib/hostkeeper/node/bin/node /usr/lib/hostkeeper/dist/src/cli/main.js "$@"

@@ -36,6 +36,8 @@ import { registerOperatorRoutes } from "./operator/routes.js";
 import { operatorSharedSchemas } from "./operator/schemas.js";
 import type { OperatorService } from "./operator/service.js";
 import { operatorMigrations } from "./operator/store.js";
+import { registerAccessLogRoutes } from "./proxy/access-log-routes.js";
+import type { AccessLogService } from "./proxy/access-log-service.js";
 import type { RecordedChange } from "./proxy/journal.js";
 import { proxyProblem } from "./proxy/problems.js";
 import { registerProxyRoutes } from "./proxy/routes.js";
@@ -72,6 +74,7 @@ declare module "fastify" {
       outbox: Outbox;
       routes: RouteService;
       certificates: CertificateService;
+      accessLogs: AccessLogService;
       writer: RouteWriter<RecordedChange>;
       /** The client of Caddy's admin API every part of the agent shares (tests spy on its writes). */
       caddyAdmin: CaddyAdmin;
@@ -109,20 +112,22 @@ export async function buildApp({
   const access = buildAccess(config, db, logger, now);
   const app = createFastify(config.agent, access.access.check, logger, serverFactory);
   const areas = buildAreas(config, db, logger, { address: caddyAddress, embedded: embeddedCaddy }, now);
-  const { outbox, routes, certificates, writer, caddyAdmin, operator, metrics } = areas;
+  const { outbox, routes, certificates, accessLogs, writer, caddyAdmin, operator, metrics } = areas;
   const { tokens, audit } = access;
-  app.decorate("services", {
+  const services = {
     db,
     outbox,
     routes,
     certificates,
+    accessLogs,
     writer,
     caddyAdmin,
     operator,
     metrics,
     tokens,
     audit,
-  });
+  };
+  app.decorate("services", services);
   await registerEdge(app, access, now);
   registerRoutes(app, areas, access);
   manageLifecycle(app, config, db, access, areas, logger);
@@ -158,6 +163,7 @@ function registerRoutes(app: App, areas: Areas, { audit, tokens }: Access) {
   app.get("/v1/openapi.json", { schema: { hide: true }, config: { scopes: [] } }, async () => app.swagger());
   registerProxyRoutes(app, areas.routes, areas.deny);
   registerCertificateRoutes(app, areas.certificates);
+  registerAccessLogRoutes(app, areas.accessLogs);
   registerSystemRoutes(app, areas.system, areas.schedule, areas.deny);
   registerOperatorRoutes(app, areas.operator, areas.deny);
   registerEventRoutes(app, areas.outbox);

@@ -13,6 +13,7 @@ import { eventSettings } from "./events/settings.js";
 import { accessSettings } from "./http/settings.js";
 import { checkListenerPairs, listenerSettings } from "./listener/settings.js";
 import { operatorSettings } from "./operator/settings.js";
+import { accessLogSettings } from "./proxy/access-log-settings.js";
 import { checkIssuancePairs } from "./proxy/issuance-settings.js";
 import { proxySettings } from "./proxy/settings.js";
 import { systemSettings } from "./system/settings.js";
@@ -111,6 +112,7 @@ export const settingGroups = {
   events: eventSettings,
   proxy: proxySettings,
   certificates: certificateSettings,
+  accessLogs: accessLogSettings,
   system: systemSettings,
   operator: operatorSettings,
 };

@@ -27,7 +27,8 @@ export function caddyLogConfig(path: string, roll: CaddyLogRoll): Record<string,
 /**
  * Caddy's default log is the rolled file (its own config, so it holds for an adopted Caddy too): set when
  * the config Caddy runs (autosaved by an earlier agent, or adopted) has another one. A config change only
- * when it differs, as it reloads Caddy.
+ * when it differs, as it reloads Caddy. Only its writer and encoder are this function's: what else the
+ * default log holds stays (the access logs' `exclude`, which src/proxy/caddy-access-logs.ts keeps).
  */
 export async function prepareLogging(
   admin: CaddyAdmin,
@@ -40,8 +41,10 @@ export async function prepareLogging(
     const now = await admin.read("/config/logging");
     const current = now.status === 200 ? (JSON.parse(now.text) as Record<string, unknown> | null) : null;
     const logs = (current?.logs ?? {}) as Record<string, unknown>;
-    if (canonicalJson(logs.default ?? null) === canonicalJson(wantedDefault)) return;
-    const wanted = { ...current, logs: { ...logs, default: wantedDefault } };
+    const have = (logs.default ?? {}) as Record<string, unknown>;
+    const next = { ...have, ...wantedDefault };
+    if (logs.default !== undefined && canonicalJson(have) === canonicalJson(next)) return;
+    const wanted = { ...current, logs: { ...logs, default: next } };
     await admin.write(current === null ? "PUT" : "PATCH", "/config/logging", wanted);
     log.info({ log: path, roll }, "set the embedded Caddy's log");
   } catch (err) {

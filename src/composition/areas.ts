@@ -1,3 +1,4 @@
+import { join } from "node:path";
 import type { Logger } from "pino";
 import { CaddyAdmin } from "../caddy/admin.js";
 import { embeddedCaddyFiles } from "../caddy/files.js";
@@ -9,6 +10,9 @@ import { Outbox } from "../events/outbox.js";
 import { HealthService, type SupervisedCaddy } from "../health/service.js";
 import { Metrics } from "../metrics/metrics.js";
 import { OperatorService } from "../operator/service.js";
+import { AccessLogKeeper } from "../proxy/access-log-keeper.js";
+import { AccessLogService } from "../proxy/access-log-service.js";
+import type { AccessLogFiles } from "../proxy/access-logs.js";
 import { agentCaddyFields } from "../proxy/caddy-fields.js";
 import { ChangeJournal, type RecordedChange } from "../proxy/journal.js";
 import { RouteService } from "../proxy/service.js";
@@ -32,6 +36,7 @@ export interface Areas {
   writer: RouteWriter<RecordedChange>;
   routes: RouteService;
   certificates: CertificateService;
+  accessLogs: AccessLogService;
   system: SystemService;
   schedule: ScheduleService;
   operator: OperatorService;
@@ -65,7 +70,12 @@ export function buildAreas(
   });
   metrics.readOutboxStates(() => outbox.countByState());
   const caddyAdmin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs, metrics);
-  const { writer, routes } = buildRoutes(config, db, logger, { metrics, outbox, caddyAdmin });
+  const { writer, routes, accessLogs } = buildRoutes(config, db, logger, {
+    metrics,
+    outbox,
+    caddyAdmin,
+    embedded: embeddedCaddy !== undefined,
+  });
   const certificates = new CertificateService({
     // Its own client, not counted: the admin API's metrics are those of the requests made for routes.
     tls: new CaddyTlsConfig(new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs)),
@@ -108,6 +118,7 @@ export function buildAreas(
     writer,
     routes,
     certificates,
+    accessLogs,
     system,
     schedule,
     operator,
@@ -120,9 +131,32 @@ interface Shared {
   outbox: Outbox;
 }
 
-/** The routes area: its store, the journal of changes, the one writer of Caddy's routes, the service. */
-function buildRoutes(config: AppConfig, db: Db, logger: Logger, o: Shared & { caddyAdmin: CaddyAdmin }) {
+/**
+ * Where Caddy writes the routes' access logs: the setting, else the embedded Caddy's folder; none for an
+ * external Caddy without the setting (the agent cannot know where that Caddy may write).
+ */
+function accessLogFiles(config: AppConfig, embedded: boolean): AccessLogFiles | undefined {
+  const { accessLogDir, accessLogRollMb, accessLogKeep } = config.accessLogs;
+  const dir =
+    accessLogDir ??
+    (embedded ? join(embeddedCaddyFiles(config.agent.dataDir).dir, "access-logs") : undefined);
+  return dir === undefined ? undefined : { dir, rollMb: accessLogRollMb, keep: accessLogKeep };
+}
+
+/**
+ * The routes area: its store, the journal of changes, the one writer of Caddy's routes (keeping the access
+ * logs in line around its batches), the service, and the access logs' own service.
+ */
+function buildRoutes(
+  config: AppConfig,
+  db: Db,
+  logger: Logger,
+  o: Shared & { caddyAdmin: CaddyAdmin; embedded: boolean },
+) {
   const { events, proxy } = config;
+  const files = accessLogFiles(config, o.embedded);
+  const accessLog = logger.child({ component: "access-logs" });
+  const keeper = new AccessLogKeeper(o.caddyAdmin, proxy.caddyServer, files, accessLog);
   const store = new RouteChangeStore(db);
   const journal = new ChangeJournal({
     store,
@@ -137,6 +171,7 @@ function buildRoutes(config: AppConfig, db: Db, logger: Logger, o: Shared & { ca
     listen: proxy.caddyListen,
     gather: { ...GATHER, maxMs: proxy.routeGatherMaxMs },
     fields,
+    hooks: keeper,
     log: logger.child({ component: "route-writer" }),
   });
   const routes = new RouteService({
@@ -146,9 +181,18 @@ function buildRoutes(config: AppConfig, db: Db, logger: Logger, o: Shared & { ca
     store,
     operatorRouteId: proxy.operatorDomain,
     connections: { streamCloseDelayMs: proxy.caddyStreamCloseDelayMs, fields },
+    accessLogs: files !== undefined,
     log: logger.child({ component: "routes" }),
   });
-  return { writer, routes };
+  const accessLogs = new AccessLogService({
+    routes,
+    writer,
+    keeper,
+    files,
+    keepDays: config.accessLogs.accessLogKeepDays,
+    log: accessLog,
+  });
+  return { writer, routes, accessLogs };
 }
 
 /** The package updates area, on the package manager the settings (or the host) select. */

@@ -31,6 +31,9 @@ export function manageLifecycle(
     void areas.routes.conformCaddy();
     // Ahead of any change of the custom certificates, which wait for it.
     void areas.certificates.conform();
+    // Behind it: the access logs brought in line with the routes (a Caddy restarted or adopted), stale
+    // files removed, and again hourly.
+    areas.accessLogs.start();
     await areas.system.start();
     tokens.start();
     pruneAudit();
@@ -44,6 +47,7 @@ export function manageLifecycle(
     tokens.close();
     clearInterval(pruneTimer);
     await areas.operator.close();
+    areas.accessLogs.close();
     areas.schedule.close();
     // A change's records are finished after its answer; let the writer get there before the database closes.
     await settledWithin(areas.writer.whenIdle(), 5000);

@@ -16,6 +16,7 @@ export const problemCodes = {
   not_found: { status: 404, title: "Not found" },
   route_not_found: { status: 404, title: "Route not found" },
   change_not_found: { status: 404, title: "Route change not found" },
+  access_log_not_found: { status: 404, title: "Route has no access log" },
   event_not_found: { status: 404, title: "Event not found" },
   update_not_found: { status: 404, title: "Update process not found" },
   apply_not_found: { status: 404, title: "Apply not found" },

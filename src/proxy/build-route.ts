@@ -1,4 +1,5 @@
 import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
+import { accessLogHandler } from "./access-logs.js";
 import { normalizeDomain, parseDial } from "./domain.js";
 import type { RouteJson } from "./plan.js";
 import {
@@ -37,12 +38,14 @@ export function buildRoute(request: RouteWriteRequest): ManagedRoute {
   const { issues, site, upstreams } = checked(request);
   if (issues.length > 0 || site === undefined) throw new InvalidInputError(issues);
   const id = site.domain;
+  const handle = hasPolicies(request) ? siteHandlers(site, upstreams) : [reverseProxy(upstreams)];
   return {
     id,
     route: {
       "@id": id,
       match: [{ host: [id, ...site.redirectFrom] }],
-      handle: hasPolicies(request) ? siteHandlers(site, upstreams) : [reverseProxy(upstreams)],
+      // First, so every request the route handles is logged, whatever answers it.
+      handle: request.access_log === true ? [accessLogHandler(id), ...handle] : handle,
       terminal: request.terminal ?? true,
     },
   };

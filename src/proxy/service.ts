@@ -2,6 +2,7 @@ import type { Readable } from "node:stream";
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import type { Metrics } from "../metrics/metrics.js";
+import { InvalidInputError } from "../util/invalid-input.js";
 import { buildRoute } from "./build-route.js";
 import { type ConnectionSettings, conformCaddy } from "./conformance.js";
 import {
@@ -60,6 +61,8 @@ export interface RouteServiceOptions {
   connections: ConnectionSettings;
   /** How routes Caddy holds in another form are shown; absent: every route as Caddy holds it. */
   display?: RouteView;
+  /** Whether a route can get `access_log: true` (the agent has a folder for the files). */
+  accessLogs?: boolean;
   log: Logger;
   metrics?: Metrics;
 }
@@ -153,7 +156,7 @@ export class RouteService {
   }
 
   async create(request: RouteWriteRequest, ctx = NO_REQUEST): Promise<RouteJson> {
-    const { id, route } = buildRoute(request);
+    const { id, route } = this.built(request);
     if (id === this.o.operatorRouteId)
       throw new RouteExistsError(`${id} is the operator's route, which the agent manages itself`);
     const result = await this.change({ kind: "create", route }, "create", {
@@ -165,7 +168,7 @@ export class RouteService {
 
   async replace(routeId: string, request: RouteWriteRequest, ctx = NO_REQUEST): Promise<RouteJson> {
     this.guardOperator(routeId);
-    const { id, route } = buildRoute(request);
+    const { id, route } = this.built(request);
     if (id !== routeId) throw new RouteIdMismatchError(id, routeId);
     const result = await this.change({ kind: "replace", id, route }, "replace", {
       callbackUrl: request.callback_url,
@@ -234,6 +237,19 @@ export class RouteService {
     const route = await proxied(() => this.o.writer.route(routeId));
     const view = this.o.display;
     return route && view?.active() ? view.show(route) : route;
+  }
+
+  /** The route a write request makes; `access_log` only where the agent has a folder for the files. */
+  private built(request: RouteWriteRequest): ReturnType<typeof buildRoute> {
+    if (request.access_log === true && this.o.accessLogs !== true)
+      throw new InvalidInputError([
+        {
+          field: "access_log",
+          message:
+            "cannot be true: the agent has no folder for access logs (HOSTKEEPER_ACCESS_LOG_DIR, needed with HOSTKEEPER_CADDY_ADMIN)",
+        },
+      ]);
+    return buildRoute(request);
   }
 
   private guardOperator(routeId: string): void {

@@ -191,6 +191,12 @@ export const RouteWriteRequestSchema = Type.Object(
         description: "Compress responses for clients that accept it, in this order of preference.",
       }),
     ),
+    access_log: Type.Optional(
+      Type.Boolean({
+        description:
+          "Caddy writes every request the route handles (its domain and `redirect_from` hosts) as a JSON line to a file of the route's own, read with `GET /v1/proxy/routes/{route_id}/access-log` (docs/api/proxy-routes.md, Access logs). Default false: no log.",
+      }),
+    ),
   },
   { additionalProperties: false, $id: "RouteWriteRequest", title: "RouteWriteRequest" },
 );

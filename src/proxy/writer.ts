@@ -1,11 +1,11 @@
 import type { Readable } from "node:stream";
 import type { Logger } from "pino";
-import type { CaddyAdmin } from "../caddy/admin.js";
+import { type CaddyAdmin, CaddyApiError } from "../caddy/admin.js";
 import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { CaddyRoutes, type CaddyRoutesOptions } from "./caddy-routes.js";
 import { GatherWindow, type GatherWindowOptions } from "./gather-window.js";
-import type { RouteJson } from "./plan.js";
+import type { Op, RouteJson } from "./plan.js";
 import {
   type Capture,
   type ChangeResult,
@@ -33,6 +33,24 @@ export interface WriterOptions<C extends WriterChange> extends CaddyRoutesOption
   /** How long a change that finds the writer idle waits for others (see GatherWindow); default `GATHER`. */
   gather?: GatherWindowOptions;
   metrics?: Metrics;
+  /** Config that follows the routes (the access logs), kept in line around each batch. */
+  hooks?: BatchHooks;
+}
+
+/**
+ * Config outside the routes that follows what the routes hold (the access logs: access-log-keeper.ts). What
+ * a batch's routes need is added before they are written, so they work from their first request; what
+ * routes no longer need is taken away once no change is queued, so a burst pays for it once.
+ */
+export interface BatchHooks {
+  /** Whether `op` needs anything of `before`; a batch without such ops costs nothing. */
+  needs(op: Op): boolean;
+  /** Adds what the batch's ops need; true when a follow-up is due (see `idle`). Throws when it could not. */
+  before(ops: readonly Op[]): Promise<boolean>;
+  /** Whether the batch's changes, done, leave something to take away (`previous`: what each replaced). */
+  after(changes: readonly { op: Op; previous: RouteJson | null }[]): boolean;
+  /** Brings everything in line with the routes Caddy holds; run between batches, with the routes to itself. */
+  idle(): Promise<void>;
 }
 
 /** What a Caddy found at start must be brought in line with (see `RouteWriter.conform`). */
@@ -69,6 +87,8 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
   private readonly gather: GatherWindow;
   /** Changes submitted so far: what the gather window watches for. */
   private arrivals = 0;
+  /** The hooks' `idle` is due once no change is queued. */
+  private followUpDue = false;
 
   constructor(
     admin: CaddyAdmin,
@@ -91,9 +111,26 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
 
   /** Resolves once no change is queued or under way and the post-answer read is done. */
   whenIdle(): Promise<void> {
-    if (!this.busy && this.queue.length === 0 && this.chores.length === 0 && !this.refreshDue)
-      return Promise.resolve();
+    if (this.isIdle()) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private isIdle(): boolean {
+    const waiting = this.queue.length > 0 || this.chores.length > 0 || this.refreshDue || this.followUpDue;
+    return !this.busy && !waiting;
+  }
+
+  /**
+   * Brings the config that follows the routes in line with them (the hooks' `idle`) between batches, with
+   * the routes to itself: at start, and on a timer. `then` runs after it, still before any change (a
+   * failure of the hooks is logged; one of `then` is the caller's).
+   */
+  followUp(then?: () => Promise<void>): Promise<void> {
+    const hooks = this.opts.hooks;
+    return this.exclusive(async () => {
+      if (hooks) await this.idleHook(hooks);
+      await then?.();
+    });
   }
 
   /** The managed server's routes, read from Caddy now (not queued behind changes), as Caddy's own JSON text. */
@@ -151,20 +188,29 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
       // Without a window it goes in this same turn: not even a microtask lets later changes in ahead of it.
       if (this.queue.length > 0 && this.chores.length === 0 && this.gather.boundMs() > 0)
         await this.gather.gather(() => this.arrivals);
-      while (this.queue.length > 0 || this.refreshDue || this.chores.length > 0) await this.next();
+      while (this.queue.length > 0 || this.refreshDue || this.chores.length > 0 || this.followUpDue)
+        await this.next();
     } finally {
       this.busy = false;
-      if (this.queue.length === 0 && this.chores.length === 0)
-        for (const resolve of this.idleWaiters.splice(0)) resolve();
+      if (this.isIdle()) for (const resolve of this.idleWaiters.splice(0)) resolve();
     }
   }
 
-  /** One turn of the writer: a chore, else the batch of queued changes, else the read after a write. */
+  /**
+   * One turn of the writer: a chore, else the batch of queued changes, else the hooks' follow-up, else the
+   * read after a write.
+   */
   private async next(): Promise<void> {
     const chore = this.chores.shift();
     if (chore) {
       await chore();
       this.caddy.forget();
+      return;
+    }
+    const hooks = this.opts.hooks;
+    if (this.queue.length === 0 && this.followUpDue && hooks) {
+      this.followUpDue = false;
+      await this.idleHook(hooks);
       return;
     }
     if (this.queue.length === 0) {
@@ -174,11 +220,15 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
       await this.caddy.refresh();
       return;
     }
-    const batch = this.queue.splice(0, this.maxBatch);
+    const batch = await this.prepared(this.queue.splice(0, this.maxBatch));
+    if (batch.length === 0) return;
     this.opts.metrics?.routeWriteBatchSize.observe(batch.length);
     const started = performance.now();
     try {
-      if (await this.steps.run(batch)) {
+      const wrote = await this.steps.run(batch);
+      if (hooks?.after(batch.map((p) => ({ op: p.change.op, previous: p.previous }))))
+        this.followUpDue = true;
+      if (wrote) {
         this.refreshDue = true;
         this.gather.wrote(performance.now() - started);
       }
@@ -187,6 +237,37 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
       this.caddy.forget();
       const failure = { kind: "unavailable" as const, message: (err as Error).message };
       for (const p of batch) p.answer({ ok: false, previous: p.previous, failure, batchSize: p.batchSize });
+    }
+  }
+
+  /**
+   * The batch once what its changes need besides their routes is in Caddy (the hooks' `before`). When that
+   * fails, the changes that needed it are answered with the failure and the others go on.
+   */
+  private async prepared(batch: Pending<C>[]): Promise<Pending<C>[]> {
+    const hooks = this.opts.hooks;
+    const needing = hooks ? batch.filter((p) => hooks.needs(p.change.op)) : [];
+    if (!hooks || needing.length === 0) return batch;
+    try {
+      if (await hooks.before(needing.map((p) => p.change.op))) this.followUpDue = true;
+      return batch;
+    } catch (err) {
+      this.opts.log.warn({ err }, "could not prepare Caddy's config for the batch's access logs");
+      this.followUpDue = true;
+      const failure =
+        err instanceof CaddyApiError
+          ? { kind: "rejected" as const, message: err.message }
+          : { kind: "unavailable" as const, message: (err as Error).message };
+      for (const p of needing) p.answer({ ok: false, previous: null, failure, batchSize: 0 });
+      return batch.filter((p) => !needing.includes(p));
+    }
+  }
+
+  private async idleHook(hooks: BatchHooks): Promise<void> {
+    try {
+      await hooks.idle();
+    } catch (err) {
+      this.opts.log.warn({ err }, "could not bring Caddy's access logs in line with the routes");
     }
   }
 }

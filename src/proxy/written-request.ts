@@ -1,4 +1,5 @@
 import { canonicalJson } from "../util/canonical-json.js";
+import { isAccessLogHandler } from "./access-logs.js";
 import { buildRoute } from "./build-route.js";
 import type { RouteJson } from "./plan.js";
 import { unliteral } from "./policies.js";
@@ -33,10 +34,12 @@ export function writtenRequest(route: RouteJson): Written | undefined {
 
 function readRoute(route: RouteJson): Written | undefined {
   const hosts = route.match?.[0]?.host;
-  const handle = route.handle;
+  const [domain = "", ...redirects] = hosts ?? [];
+  // A route that logs starts with its access log handler; the rest is read as any route's.
+  const logs = isAccessLogHandler(route.handle?.[0], domain);
+  const handle = logs ? route.handle?.slice(1) : route.handle;
   if (!hosts || hosts.length === 0 || !handle || handle.length !== 1) return undefined;
-  const [domain = "", ...redirects] = hosts;
-  const base = { domain, terminal: route.terminal ?? false };
+  const base = { domain, terminal: route.terminal ?? false, ...(logs ? { access_log: true } : {}) };
   const h = handle[0] as Json;
   if (h.handler === "reverse_proxy") return { ...base, ...balanced(h) };
   if (h.handler !== "subroute" || !Array.isArray(h.routes)) return undefined;

@@ -68,9 +68,10 @@ export async function buildTestApp(
     removeDataDir();
   });
   await app.ready();
-  // The start's own Caddy work (stream_close_delay on existing routes, grace_period) is done before a test
-  // counts or intercepts writes.
+  // The start's own Caddy work (stream_close_delay on existing routes, grace_period, the access logs) is
+  // done before a test counts or intercepts writes.
   await app.services.routes.whenConformed();
+  await app.services.accessLogs.whenStarted();
   await app.services.writer.whenIdle();
   const call: TestApp["call"] = ({ method, url, payload, headers }) =>
     app.inject({

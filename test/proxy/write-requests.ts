@@ -158,6 +158,8 @@ const policyFields = {
     { requiredKeys: [] },
   ),
   encode: fc.constantFrom<("zstd" | "gzip")[]>(["zstd"], ["gzip"], ["zstd", "gzip"], ["gzip", "zstd"]),
+  // Not a policy, but written into the route the same way: its first handler.
+  access_log: fc.constant(true),
 };
 type Policies = {
   [K in keyof typeof policyFields]?: (typeof policyFields)[K] extends fc.Arbitrary<infer T> ? T : never;

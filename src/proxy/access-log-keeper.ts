@@ -1,0 +1,95 @@
+import type { Logger } from "pino";
+import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
+import { type AccessLogFiles, accessLogState, loggingOf, loggingRoutesOf } from "./access-logs.js";
+import { CaddyAccessLogs } from "./caddy-access-logs.js";
+import type { Op, RouteJson } from "./plan.js";
+import type { BatchHooks } from "./writer.js";
+
+/**
+ * Keeps Caddy's access log config (the logs, the server's host map, the default log's exclude) in line with
+ * the routes that log, as the writer's hooks. Before a batch that writes routes that log, their logs and
+ * hosts are added (each part one config change, only when it differs), so such a route writes its file
+ * from its first request. Once no change is queued after a batch that stopped a route's logging (a delete,
+ * a replace without `access_log` or with other hosts), everything is brought in line with the routes Caddy
+ * holds: a burst of changes pays for that once. Routes that do not log cost nothing.
+ */
+export class AccessLogKeeper implements BatchHooks {
+  private readonly caddy: CaddyAccessLogs;
+  private readonly routesPath: string;
+  private logging: Set<string> | undefined;
+
+  constructor(
+    private readonly admin: CaddyAdmin,
+    server: string,
+    /** Where and how Caddy writes the files; undefined when the agent has no folder for them. */
+    private readonly files: AccessLogFiles | undefined,
+    private readonly log: Logger,
+  ) {
+    this.caddy = new CaddyAccessLogs(admin, server);
+    this.routesPath = `/config/apps/http/servers/${server}/routes`;
+  }
+
+  needs(op: Op): boolean {
+    return op.kind !== "delete" && loggingOf(op.route) !== undefined;
+  }
+
+  async before(ops: readonly Op[]): Promise<boolean> {
+    const files = this.files;
+    const routes = ops.flatMap((op) => (op.kind === "delete" ? [] : [loggingOf(op.route)]));
+    const logging = routes.filter((r) => r !== undefined);
+    if (logging.length === 0) return false;
+    if (files === undefined) throw new Error("the agent has no folder for access logs");
+    const wrote = await this.caddy.bringInLine(accessLogState(logging, files), "add");
+    // What was added for a change that then did not apply is taken away by the follow-up.
+    return wrote.logging || wrote.server || wrote.serverMissing;
+  }
+
+  after(changes: readonly { op: Op; previous: RouteJson | null }[]): boolean {
+    return changes.some((c) => loggingOf(c.previous) !== undefined);
+  }
+
+  async idle(): Promise<void> {
+    this.logging = undefined;
+    const routes = loggingRoutesOf(await this.routesText());
+    this.logging = new Set(routes.map((r) => r.id));
+    // Without a folder no route can have been given a log by this agent; one that has (written by an agent
+    // configured otherwise) keeps what Caddy holds for it.
+    const files = this.files;
+    if (files === undefined) return;
+    const wrote = await this.caddy.bringInLine(accessLogState(routes, files), "exact");
+    if (wrote.logging || wrote.server)
+      this.log.info(
+        { logging_routes: routes.length, logs_changed: wrote.logging, host_map_changed: wrote.server },
+        "brought Caddy's access logs in line with the routes",
+      );
+  }
+
+  /**
+   * Whether Caddy's access log config is in line with the routes, and the ids of the routes that log: read
+   * without holding the writer, so a slow or hung Caddy holds up no route change (a Caddy in line, every
+   * start but the first, costs these reads and nothing more).
+   */
+  async look(): Promise<{ inLine: boolean; logging: ReadonlySet<string> }> {
+    const routes = loggingRoutesOf(await this.routesText());
+    const logging = new Set(routes.map((r) => r.id));
+    const files = this.files;
+    if (files === undefined) return { inLine: true, logging };
+    return { inLine: !(await this.caddy.differs(accessLogState(routes, files))), logging };
+  }
+
+  /**
+   * The ids of the routes that logged when `idle` last read them; undefined when that read failed. Read
+   * right after `idle` in the same turn of the writer, it is what Caddy holds (the routes are read once).
+   */
+  loggingIds(): ReadonlySet<string> | undefined {
+    return this.logging;
+  }
+
+  private async routesText(): Promise<string> {
+    const res = await this.admin.read(this.routesPath);
+    if (res.status === 200) return res.text;
+    // A server not there yet (400: its parent is missing) has no route.
+    if (res.status === 400 || res.status === 404) return "[]";
+    throw new CaddyApiError(res.status, caddyErrorText(res));
+  }
+}

@@ -1,0 +1,47 @@
+import { Type } from "@sinclair/typebox";
+import { jsonContent, problemResponses } from "../http/schemas.js";
+import type { App } from "../http/types.js";
+import type { AccessLogService } from "./access-log-service.js";
+import { RouteIdParamsSchema } from "./schemas.js";
+
+const AccessLogQuerySchema = Type.Object(
+  {
+    lines: Type.Optional(
+      Type.String({
+        pattern: "^(?:[1-9][0-9]{0,3}|10000)$",
+        description: "How many of the newest lines, 1-10,000; default 100.",
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+const AccessLogEntrySchema = Type.Object(
+  {},
+  {
+    additionalProperties: true,
+    description:
+      "One line of the route's log as Caddy wrote it (Caddy's access log entry: `ts`, `logger`, `msg`, `request` with its headers, `status`, `size`, `duration`, `resp_headers`, ...). `Authorization`, `Cookie`, `Set-Cookie` and `Proxy-Authorization` values are `REDACTED`.",
+  },
+);
+
+const accessLogSchema = {
+  tags: ["proxy"],
+  operationId: "getRouteAccessLog",
+  summary: "Read the newest lines of a route's access log",
+  description:
+    "The newest `lines` entries of the access log of route `route_id` (written with `access_log: true`), oldest first, newest last: the lines of the file Caddy writes now (after Caddy rolled it, the rolled files hold the older ones; docs/api/proxy-routes.md, Access logs). `[]` before the route's first request. 404 `access_log_not_found` for a route that writes no access log.",
+  params: RouteIdParamsSchema,
+  querystring: AccessLogQuerySchema,
+  response: {
+    200: jsonContent(Type.Array(AccessLogEntrySchema), "The entries, newest last."),
+    ...problemResponses("validation_failed", "route_not_found", "access_log_not_found", "proxy_unavailable"),
+  },
+};
+
+/** `GET /v1/proxy/routes/{route_id}/access-log`: the newest lines of a route's access log. */
+export function registerAccessLogRoutes(app: App, service: AccessLogService): void {
+  app.get("/v1/proxy/routes/:route_id/access-log", { schema: accessLogSchema }, async (request) =>
+    service.tail(request.params.route_id, Number(request.query.lines ?? 100)),
+  );
+}
