@@ -17,6 +17,7 @@ import {
 import { basename, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { packageVersion, projectRoot } from "../../src/paths.js";
+import { testCa } from "../certificates/support.js";
 import { Container, check, debianRoot, type RunResult, run } from "./container.js";
 
 const version = packageVersion();
@@ -222,6 +223,80 @@ describe("packages", () => {
         `curl -s --max-time 5 -k --resolve ${ROUTE}:443:127.0.0.1 https://${ROUTE}/`,
       );
       assert.equal(https, "backend ok");
+    });
+
+    test("under the units' users: a route's access log written by Caddy and tailed by the agent; a custom certificate served from copies only Caddy's user reads", async (t) => {
+      const api = (method: string, path: string, data?: unknown) =>
+        c().sh(
+          `curl -s --max-time 10 -X ${method} -H "Authorization: Bearer $(cat /var/lib/hostkeeper/token)" ` +
+            `-H 'content-type: application/json' ${data ? `-d '${JSON.stringify(data)}' ` : ""}http://127.0.0.1:8626${path}`,
+        );
+      const logged = "logged.localhost";
+      const created = JSON.parse(
+        await api("POST", "/v1/proxy/routes", {
+          domain: logged,
+          upstreams: [{ dial: "127.0.0.1:9001" }],
+          access_log: true,
+        }),
+      ) as { "@id"?: string };
+      assert.equal(created["@id"], logged, JSON.stringify(created));
+      await waitFor("the logged route answers", 15_000, async () =>
+        (await c().sh(`curl -s --max-time 5 -H 'Host: ${logged}' http://127.0.0.1/x`)) === "backend ok"
+          ? true
+          : undefined,
+      );
+      const lines = await waitFor("its access log has the request", 15_000, async () => {
+        const tail = JSON.parse(await api("GET", `/v1/proxy/routes/${logged}/access-log?lines=5`)) as {
+          request?: { host?: string; uri?: string };
+        }[];
+        return Array.isArray(tail) && tail.some((l) => l.request?.uri === "/x") ? tail : undefined;
+      });
+      assert.ok(lines.every((l) => l.request?.host === logged));
+      assert.equal(
+        (await c().ok(["stat", "-c", "%U %a", "/var/lib/hostkeeper-caddy/access-logs"])).trim(),
+        "hostkeeper-caddy 700",
+      );
+
+      const ca = testCa(t);
+      const day = 86_400_000;
+      const cert = ca.issue(
+        ["custom.localhost"],
+        new Date(Date.now() - day),
+        new Date(Date.now() + 10 * day),
+      );
+      const put = JSON.parse(
+        await api("PUT", "/v1/proxy/certificates/custom-localhost", {
+          certificate_pem: cert.cert,
+          key_pem: cert.key,
+        }),
+      ) as { serial?: string; source?: string };
+      assert.equal(put.source, "custom", JSON.stringify(put));
+      await api("POST", "/v1/proxy/routes", {
+        domain: "custom.localhost",
+        upstreams: [{ dial: "127.0.0.1:9001" }],
+      });
+      const served = await waitFor("the custom certificate is served", 15_000, async () => {
+        const serial = (
+          await c().sh(
+            `/usr/lib/hostkeeper/node/bin/node -e "const s = require('tls').connect({ host: '127.0.0.1', port: 443, servername: 'custom.localhost', rejectUnauthorized: false }, () => { console.log(s.getPeerCertificate().serialNumber); s.end(); })"`,
+          )
+        ).trim();
+        return serial.toUpperCase() === put.serial?.toUpperCase() ? serial : undefined;
+      });
+      assert.ok(served);
+      const copies = (
+        await c().sh("stat -c '%U %a %n' /var/lib/hostkeeper-caddy/data/caddy/hostkeeper-custom/*")
+      )
+        .trim()
+        .split("\n");
+      assert.equal(copies.length, 2, copies.join("; "));
+      for (const line of copies) assert.match(line, /^hostkeeper-caddy 600 /);
+      // Caddy's config names the files; the key itself is nowhere in it.
+      const config = await c().sh(
+        "curl -s --unix-socket /run/hostkeeper-caddy/admin.sock http://localhost/config/",
+      );
+      assert.match(config, /load_files/);
+      assert.doesNotMatch(config, /PRIVATE KEY/);
     });
 
     test("systemctl restart hostkeeper with requests going on: none fails, Caddy keeps its PID", async () => {
