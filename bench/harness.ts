@@ -261,6 +261,10 @@ export async function startAgent(
       HOSTKEEPER_TOKEN: TOKEN,
       HOSTKEEPER_CADDY_ADMIN: `http://127.0.0.1:${caddy.adminPort}`,
       HOSTKEEPER_LOG_LEVEL: "warn",
+      // The bench Caddy's server serves plain HTTP with automatic HTTPS off, as the raw side's does: with
+      // the default issuer (acme) the agent would turn it on, and Caddy would try to get certificates for
+      // every one of the routes' hosts.
+      HOSTKEEPER_TLS_ISSUER: "off",
       ...opts.env,
     },
   });

@@ -8,6 +8,7 @@
 : "${HOSTKEEPER_CADDY_ENV_FILE=/var/lib/hostkeeper/caddy.env}"
 : "${HOSTKEEPER_CADDY_DATA_DIR=/var/lib/hostkeeper-caddy/data}"
 : "${HOSTKEEPER_ACCESS_LOG_DIR=/var/lib/hostkeeper-caddy/access-logs}"
+: "${HOSTKEEPER_CADDY_JOURNAL_UNIT=hostkeeper-caddy.service}"
 export HOSTKEEPER_CADDY_ADMIN HOSTKEEPER_CADDY_BINARY HOSTKEEPER_OPERATOR_UPSTREAM_FILE HOSTKEEPER_CADDY_ENV_FILE \
-  HOSTKEEPER_CADDY_DATA_DIR HOSTKEEPER_ACCESS_LOG_DIR
+  HOSTKEEPER_CADDY_DATA_DIR HOSTKEEPER_ACCESS_LOG_DIR HOSTKEEPER_CADDY_JOURNAL_UNIT
 exec /usr/lib/hostkeeper/node/bin/node /usr/lib/hostkeeper/dist/src/cli/main.js "$@"

@@ -97,6 +97,12 @@ export class ObtainErrorLog {
     return pos - Buffer.byteLength(rest);
   }
 
+  /** Takes lines read elsewhere (Caddy's journal), oldest first; the last failure per name, as `read`. */
+  readLines(lines: readonly string[]): ReadonlyMap<string, ObtainError> {
+    for (const line of lines) this.take(line);
+    return this.errors;
+  }
+
   private take(line: string): void {
     if (!line.includes(FAILED) && !line.includes(OBTAINED) && !line.includes(RENEWED)) return;
     let parsed: LogLine;

@@ -18,6 +18,7 @@ import {
   statusOf,
 } from "./entries.js";
 import { CertificateNotFoundError, CertificateStorageUnknownError } from "./errors.js";
+import { JournalErrors } from "./journal-errors.js";
 import { ObtainErrorLog } from "./obtain-errors.js";
 import { checkCustomCertificate } from "./pem.js";
 
@@ -29,6 +30,8 @@ export interface CertificateServiceOptions {
   /** Where Caddy keeps its data (its XDG_DATA_HOME) when its config names no storage: known for the embedded one. */
   caddyDataDir: string | undefined;
   warningDays: number;
+  /** The systemd unit whose journal holds Caddy's log when that log is written to no file (the packaged Caddy). */
+  caddyJournalUnit?: string | undefined;
   now: () => number;
   log: Logger;
 }
@@ -59,10 +62,16 @@ const ours = (e: LoadFile) => Array.isArray(e.tags) && e.tags.includes(LOAD_FILE
 export class CertificateService {
   private readonly storage = new CaddyStorage(new CertificateFiles());
   private readonly obtainErrors = new ObtainErrorLog();
+  private readonly journal: JournalErrors | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private conforming: Promise<void> = Promise.resolve();
 
-  constructor(private readonly o: CertificateServiceOptions) {}
+  constructor(private readonly o: CertificateServiceOptions) {
+    this.journal =
+      o.caddyJournalUnit === undefined
+        ? undefined
+        : new JournalErrors(o.caddyJournalUnit, this.obtainErrors, o.log, o.now);
+  }
 
   private get warningMs(): number {
     return this.o.warningDays * 86_400_000;
@@ -118,7 +127,8 @@ export class CertificateService {
       }
       return f;
     };
-    const errors = this.obtainErrors.read(logFile);
+    const errors =
+      logFile === undefined && this.journal ? await this.journal.read() : this.obtainErrors.read(logFile);
     const entries: CertificateEntry[] = [];
     let n = 0;
     for (const host of hostsOf(routesText)) {

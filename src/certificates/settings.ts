@@ -11,6 +11,20 @@ export const certificateSettings = {
     default: 14,
     parse: parse.int(1, 365),
   }),
+  caddyJournalUnit: setting({
+    key: "caddyJournalUnit",
+    env: "HOSTKEEPER_CADDY_JOURNAL_UNIT",
+    area: "proxy",
+    doc: "With `HOSTKEEPER_CADDY_ADMIN`: the systemd unit whose journal holds that Caddy's log, when its config writes its default log to no file (to stderr, the journal). The certificates list reads Caddy's failures to get certificates from it (`journalctl -u`, what was added since the last read, at most every 30 s). The packaged unit sets `hostkeeper-caddy.service`.",
+    defaultText: "none",
+    default: undefined as string | undefined,
+    parse: (raw) => {
+      const s = parse.optionalString(raw);
+      if (s !== undefined && !/^[A-Za-z0-9:_.@-]+\.service$/.test(s))
+        throw new Error(`expected a unit name such as caddy.service, got "${s}"`);
+      return s;
+    },
+  }),
   caddyDataDir: setting({
     key: "caddyDataDir",
     env: "HOSTKEEPER_CADDY_DATA_DIR",

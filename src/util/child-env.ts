@@ -16,6 +16,8 @@ import {
 export const CHILD_ENV = {
   /** Operator instances: what docs/api/operator-update.md promises them, besides their own settings. */
   operator: ["PATH", "HOME", "LANG", "TZ"],
+  /** `journalctl`, reading Caddy's journal for its certificate errors. */
+  journal: ["PATH", "LANG", "TZ"],
   /** The reboot command (`systemctl reboot`, `shutdown -r`). */
   reboot: ["PATH", "LANG", "LC_ALL", "TZ"],
   /** Caddy: locale, time zone, CA bundle overrides, proxies for ACME, and Go runtime tuning. */

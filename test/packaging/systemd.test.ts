@@ -225,7 +225,9 @@ describe("packages", () => {
       assert.equal(https, "backend ok");
     });
 
-    test("under the units' users: a route's access log written by Caddy and tailed by the agent; a custom certificate served from copies only Caddy's user reads", async (t) => {
+    test("under the units' users: a route's access log written by Caddy and tailed by the agent; a custom certificate served from copies only Caddy's user reads; Caddy's failures read from its journal", {
+      timeout: 180_000,
+    }, async (t) => {
       const api = (method: string, path: string, data?: unknown) =>
         c().sh(
           `curl -s --max-time 10 -X ${method} -H "Authorization: Bearer $(cat /var/lib/hostkeeper/token)" ` +
@@ -291,6 +293,18 @@ describe("packages", () => {
         .split("\n");
       assert.equal(copies.length, 2, copies.join("; "));
       for (const line of copies) assert.match(line, /^hostkeeper-caddy 600 /);
+      // A host no CA can be reached for (the container's network is private): missing, with the failure
+      // Caddy logged to its journal.
+      const unreachable = "no-ca.hostkeeper-test.net";
+      await api("POST", "/v1/proxy/routes", { domain: unreachable, upstreams: [{ dial: "127.0.0.1:9001" }] });
+      const failed = await waitFor("Caddy's failure in the certificates list", 90_000, async () => {
+        const list = JSON.parse(await api("GET", "/v1/proxy/certificates")) as {
+          certificates: { host: string | null; status: string; error?: { message: string } | null }[];
+        };
+        const e = list.certificates.find((x) => x.host === unreachable);
+        return e?.error ? e : undefined;
+      });
+      assert.equal(failed.status, "missing");
       // Caddy's config names the files; the key itself is nowhere in it.
       const config = await c().sh(
         "curl -s --unix-socket /run/hostkeeper-caddy/admin.sock http://localhost/config/",
