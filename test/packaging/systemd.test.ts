@@ -453,6 +453,17 @@ describe("packages", () => {
       assert.match(await c().ok(["hostkeeper", "routes", "list"]), /^app\.localhost /m);
       assert.equal(await c().sh(CURL), "backend ok");
       assert.equal(await c().sh(CURL_OPERATOR), "operator 1.0.0");
+      // The custom certificate put before Caddy's kill and this upgrade is still the one served.
+      const listed = JSON.parse(
+        await c().sh(
+          `curl -s --max-time 10 -H "Authorization: Bearer $(cat /var/lib/hostkeeper/token)" http://127.0.0.1:8626/v1/proxy/certificates/custom-localhost`,
+        ),
+      ) as { serial?: string };
+      assert.ok(listed.serial, JSON.stringify(listed));
+      const served = await c().sh(
+        `/usr/lib/hostkeeper/node/bin/node -e "const s = require('tls').connect({ host: '127.0.0.1', port: 443, servername: 'custom.localhost', rejectUnauthorized: false }, () => { console.log(s.getPeerCertificate().serialNumber); s.end(); })"`,
+      );
+      assert.equal(served.trim().toUpperCase(), listed.serial.toUpperCase());
     });
 
     test("remove stops both units; purge removes the configuration and leaves no unit behind", async () => {
