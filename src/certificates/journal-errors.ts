@@ -34,7 +34,7 @@ export class JournalErrors {
       });
       await this.reading;
     }
-    return this.errors.readLines([]);
+    return this.errors.current();
   }
 
   private readOnce(): Promise<void> {

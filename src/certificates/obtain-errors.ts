@@ -97,9 +97,13 @@ export class ObtainErrorLog {
     return pos - Buffer.byteLength(rest);
   }
 
-  /** Takes lines read elsewhere (Caddy's journal), oldest first; the last failure per name, as `read`. */
-  readLines(lines: readonly string[]): ReadonlyMap<string, ObtainError> {
+  /** Takes lines read elsewhere (Caddy's journal), oldest first. */
+  readLines(lines: readonly string[]): void {
     for (const line of lines) this.take(line);
+  }
+
+  /** The last failure per name found so far. */
+  current(): ReadonlyMap<string, ObtainError> {
     return this.errors;
   }
 
