@@ -4,10 +4,10 @@
  * and an agent of its own, started as `npm start` starts the agent; Caddy gets `GOMEMLIMIT` the way the
  * agent's embedded Caddy and the packaged unit get it (HOSTKEEPER_CADDY_MEMORY_LIMIT_MB).
  */
-import { metricSample } from "../support/prometheus.js";
 import {
   admin,
   benchRoute,
+  caddyMemory,
   expect,
   routesPath,
   rssMb,
@@ -29,10 +29,6 @@ export interface CaddyMemoryResult {
   heapAfterMb: number;
 }
 
-async function caddyHeap(c: Parameters<typeof admin>[0]): Promise<number> {
-  return metricSample((await admin(c, "GET", "/metrics")).body, "go_memstats_heap_inuse_bytes") / 2 ** 20;
-}
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Samples `pid`'s resident memory every 50 ms while `work` runs and 2 s after it; the largest sample. */
@@ -52,7 +48,7 @@ async function peakWhile(pid: number, work: Promise<unknown>): Promise<number> {
   return peak;
 }
 
-export async function caddyMemory(
+export async function caddyMemoryRun(
   dir: string,
   routes: number,
   limitMb: number | undefined,
@@ -69,7 +65,7 @@ export async function caddyMemory(
       const pid = caddy.child.pid as number;
       await sleep(10_000);
       const idleMb = rssMb(pid);
-      const heap = await caddyHeap(caddy);
+      const heap = (await caddyMemory(caddy)).heapInuseMb;
       const t0 = performance.now();
       const burst = Promise.all(
         Array.from({ length: 100 }, (_, i) =>
@@ -88,7 +84,7 @@ export async function caddyMemory(
         afterMb: rssMb(pid),
         burstMs,
         heapIdleMb: heap,
-        heapAfterMb: await caddyHeap(caddy),
+        heapAfterMb: (await caddyMemory(caddy)).heapInuseMb,
       };
     } finally {
       agent.stop();

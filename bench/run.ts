@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { projectRoot } from "../src/paths.js";
 import { CADDY_MEMORY_LIMIT_DEFAULT_MB } from "../src/proxy/settings.js";
-import { type CaddyMemoryResult, caddyMemory } from "./caddy-memory.js";
+import { type CaddyMemoryResult, caddyMemoryRun } from "./caddy-memory.js";
 import { connectionBenches } from "./connections.js";
 import { loadAverage, type Row, rssMb, startAgent, startCaddy, table } from "./harness.js";
 import { type ScaleResult, scale } from "./scale.js";
@@ -78,7 +78,7 @@ async function main() {
   const caddyMem: CaddyMemoryResult[] = [];
   if (process.env.BENCH_CADDY_MEMORY !== "0")
     for (const limit of [undefined, CADDY_MEMORY_LIMIT_DEFAULT_MB])
-      caddyMem.push(await caddyMemory(dir, largest, limit, String(limit ?? "none")));
+      caddyMem.push(await caddyMemoryRun(dir, largest, limit, String(limit ?? "none")));
   const idleAtLargest = results.find((r) => r.size === largest)?.idleRssMb ?? Number.NaN;
 
   let soaked: SoakResult | undefined;
