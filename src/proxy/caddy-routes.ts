@@ -1,10 +1,12 @@
 import type { Readable } from "node:stream";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
 import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
+import { lastLoad } from "../caddy/last-load.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { collectWhenIdle } from "../util/idle-gc.js";
 import { indexRoutes, type Op, opId, type Plan, type RouteJson, type RoutesIndex } from "./plan.js";
 import { PARSED_KEPT_MS, RoutesCache, routesStateOf } from "./routes-cache.js";
+import { RoutesSnapshot } from "./routes-snapshot.js";
 import { readAll, routesBody } from "./routes-stream.js";
 import { managedServerCreation } from "./server-creation.js";
 
@@ -69,6 +71,8 @@ export class CaddyRoutes {
   private reading: { generation: number; routes: Promise<RouteJson[]> } | undefined;
   /** Counts the agent's writes to the routes. */
   private generation = 0;
+  /** The last list read, sent again while Caddy has loaded no config since. */
+  private readonly snapshot = new RoutesSnapshot();
 
   constructor(
     private readonly admin: CaddyAdmin,
@@ -90,12 +94,20 @@ export class CaddyRoutes {
   }
 
   /**
-   * The routes read from Caddy now, as Caddy's own bytes passed on while they arrive (`[]` when there are
-   * none): a list of thousands of routes is neither held whole nor parsed.
+   * The routes as Caddy holds them now, as Caddy's own bytes passed on while they arrive (`[]` when there
+   * are none): a list of thousands of routes is neither held whole nor parsed. While Caddy has loaded no
+   * config since the last such read, that read's bytes are sent again (RoutesSnapshot).
    */
   async stream(): Promise<Readable | string> {
+    // Caddy's last load is read before its routes, so the routes kept with it are at least that new.
+    const load = await lastLoad(this.admin);
+    const kept = load === undefined ? undefined : this.snapshot.at(load);
+    if (kept !== undefined) return kept;
     const res = await this.admin.stream(this.routesPath);
-    if (res.status === 200) return routesBody(res.body, Number(res.headers["content-length"] ?? Number.NaN));
+    if (res.status === 200) {
+      const body = await routesBody(res.body, Number(res.headers["content-length"] ?? Number.NaN));
+      return load === undefined ? body : this.snapshot.keep(load, body);
+    }
     const text = await readAll(res.body);
     if (await this.serverMissing(res.status)) return "[]";
     throw new CaddyApiError(res.status, caddyErrorText({ ...res, text }));

@@ -1,0 +1,149 @@
+import assert from "node:assert/strict";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { PassThrough, type Readable } from "node:stream";
+import { test } from "node:test";
+import { CaddyAdmin } from "../../src/caddy/admin.js";
+import { lastLoad } from "../../src/caddy/last-load.js";
+import { RoutesSnapshot } from "../../src/proxy/routes-snapshot.js";
+import { buildTestApp } from "../helpers/app.js";
+import { caddyMetric, startRefusableCaddy } from "../helpers/caddy.js";
+import { closeAfter } from "../helpers/http.js";
+
+// A list asked for while Caddy has loaded no config since the last one is answered with that list's bytes,
+// without Caddy encoding its routes again; anything Caddy loads in between is seen.
+
+const ROUTES = "/config/apps/http/servers/srv0/routes";
+
+const staticRoute = (id: string, body = id) => ({
+  "@id": id,
+  match: [{ host: [id] }],
+  handle: [{ handler: "static_response", body }],
+});
+
+/** Reads a list body whole, whether kept as text or streamed. */
+async function readBody(x: Readable | string): Promise<string> {
+  if (typeof x === "string") return x;
+  let s = "";
+  for await (const c of x) s += String(c);
+  return s;
+}
+
+test("a list asked again while Caddy loaded nothing is its bytes without a read of Caddy's config; changes behind the agent's back, a refused change and a restart are seen", async (t) => {
+  const { caddy, refuse, accept } = await startRefusableCaddy(t);
+  const { call } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
+  // Large enough to be streamed (and kept compressed), with characters Caddy escapes its own way.
+  const many = Array.from({ length: 1000 }, (_, i) => staticRoute(`s${i}.snap.test`, `<${i}> & ü`));
+  await caddy.admin.write("PATCH", ROUTES, many);
+  const list = async () => {
+    const res = await call({ method: "GET", url: "/v1/proxy/routes" });
+    assert.equal(res.statusCode, 200, res.body);
+    return res.body;
+  };
+  const configReads = () =>
+    caddyMetric(caddy.admin, "caddy_admin_http_requests_total", { method: "GET", path: "/config/" });
+
+  const first = await list();
+  assert.ok(first.length > 64 * 1024);
+  assert.equal(first, (await caddy.admin.read(ROUTES)).text);
+  const before = await configReads();
+  assert.equal(await list(), first);
+  assert.equal(await list(), first);
+  assert.equal(await configReads(), before, "the repeated lists read none of Caddy's config");
+
+  // A change made directly in Caddy is in the next list.
+  await caddy.admin.write("POST", ROUTES, staticRoute("outside.snap.test"));
+  const changed = await list();
+  assert.ok(changed.includes("outside.snap.test"));
+  assert.equal(changed, (await caddy.admin.read(ROUTES)).text);
+
+  // A change Caddy refuses leaves the routes, and the list, as they were.
+  refuse();
+  await assert.rejects(caddy.admin.write("POST", ROUTES, staticRoute("refused.snap.test")));
+  accept();
+  assert.equal(await list(), changed);
+
+  // Caddy restarted on its first config: the list is what it holds now.
+  await caddy.stop();
+  await caddy.start();
+  const restarted = await list();
+  const held = (await caddy.admin.read(ROUTES)).text;
+  assert.equal(restarted, held.trim() === "null" ? "[]" : held);
+  assert.ok(!restarted.includes("s0.snap.test"), "the routes from before the restart are gone");
+});
+
+test("Caddy's last load changes with every config it loads and not with one it refuses", async (t) => {
+  const { caddy, refuse, accept } = await startRefusableCaddy(t);
+  const first = await lastLoad(caddy.admin);
+  assert.match(String(first), /^\d/);
+  assert.equal(await lastLoad(caddy.admin), first);
+  await caddy.admin.write("POST", ROUTES, staticRoute("one.snap.test"));
+  const second = await lastLoad(caddy.admin);
+  assert.notEqual(second, first);
+  refuse();
+  await assert.rejects(caddy.admin.write("POST", ROUTES, staticRoute("two.snap.test")));
+  accept();
+  assert.equal(await lastLoad(caddy.admin), second);
+});
+
+test("an admin endpoint whose metrics do not say when it loaded gives no last load", async (t) => {
+  let answer: { status: number; body: string } = { status: 404, body: "not found" };
+  const server = http.createServer((req, res) => {
+    req.resume();
+    res.writeHead(answer.status, { "content-type": "text/plain" }).end(answer.body);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  closeAfter(t, server);
+  const url = new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+  const admin = new CaddyAdmin({ kind: "tcp", url }, 2000);
+  assert.equal(await lastLoad(admin), undefined);
+  answer = {
+    status: 200,
+    body: `go_goroutines 12\n${"x".repeat(10_000)}\ncaddy_config_last_reload_successful 1\n`,
+  };
+  assert.equal(await lastLoad(admin), undefined);
+  answer = { status: 200, body: "a 1\ncaddy_config_last_reload_success_timestamp_seconds 1.7e+09\nb 2\n" };
+  assert.equal(await lastLoad(admin), "1.7e+09");
+});
+
+test("a list body is kept for its load only once it has passed whole", async () => {
+  const snapshot = new RoutesSnapshot();
+  const text = JSON.stringify(Array.from({ length: 5000 }, (_, i) => staticRoute(`k${i}.snap.test`)));
+
+  // Failing half-way: the failure reaches the reader, and nothing is kept.
+  const failing = new PassThrough();
+  const passed = snapshot.keep("1", failing) as Readable;
+  failing.write(text.slice(0, 1000));
+  failing.destroy(new Error("Caddy broke off"));
+  await assert.rejects(readBody(passed), /broke off/);
+  assert.equal(snapshot.at("1"), undefined);
+
+  // Abandoned by its reader half-way: nothing is kept.
+  const abandoned = new PassThrough();
+  const out = snapshot.keep("2", abandoned) as Readable;
+  abandoned.write(text.slice(0, 1000));
+  out.destroy();
+  abandoned.end(text.slice(1000));
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(snapshot.at("2"), undefined, "not kept, however long it is waited for");
+
+  // Passed whole: the same bytes again for the same load, none for another.
+  const whole = new PassThrough();
+  const read = readBody(snapshot.keep("3", whole) as Readable);
+  whole.end(text);
+  assert.equal(await read, text);
+  // Kept once its compression has finished, off the main thread.
+  let again = snapshot.at("3");
+  for (let i = 0; again === undefined && i < 500; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+    again = snapshot.at("3");
+  }
+  assert.ok(again !== undefined);
+  assert.equal(await readBody(again), text);
+  assert.equal(snapshot.at("4"), undefined);
+
+  // Small lists, answered as text, are kept as they are.
+  assert.equal(snapshot.keep("5", "[]"), "[]");
+  assert.equal(snapshot.at("5"), "[]");
+  assert.equal(snapshot.at("3"), undefined);
+});
