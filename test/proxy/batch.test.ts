@@ -203,5 +203,31 @@ test("after a slow write, a burst of changes that finds the writer idle goes to 
     got,
     ids.map(() => "ok"),
   );
-  assert.deepEqual(writes, ["PATCH /config/apps/http/servers/srv0/routes"], "the whole burst in one write");
+  // New hosts go after every route: the write carries only them, appended.
+  assert.deepEqual(
+    writes,
+    ["POST /config/apps/http/servers/srv0/routes/..."],
+    "the whole burst in one write",
+  );
+  const held = JSON.parse((await caddy.admin.read("/config/apps/http/servers/srv0/routes")).text) as {
+    "@id": string;
+  }[];
+  assert.deepEqual(
+    held.map((r) => r["@id"]),
+    [...load.map((r) => r["@id"]), "first.test", ...ids],
+  );
+
+  // A burst that also deletes a route is written whole.
+  writes.length = 0;
+  const mixed = await outcomes([
+    ...["more0.test", "more1.test"].map((id) => () => svc.create(route(id, up.port))),
+    () => svc.delete("load5.test", undefined),
+  ]);
+  assert.deepEqual(mixed, ["ok", "ok", "ok"]);
+  assert.deepEqual(writes, ["PATCH /config/apps/http/servers/srv0/routes"]);
+  const after = JSON.parse((await caddy.admin.read("/config/apps/http/servers/srv0/routes")).text) as {
+    "@id": string;
+  }[];
+  assert.equal(after.length, held.length + 1);
+  assert.ok(!after.some((r) => r["@id"] === "load5.test"));
 });
