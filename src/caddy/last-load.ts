@@ -47,3 +47,30 @@ export async function lastLoad(admin: CaddyAdmin): Promise<string | undefined> {
   }
   return undefined;
 }
+
+/**
+ * A value computed from Caddy's config once per config Caddy loads (see `lastLoad`): computed again only
+ * once Caddy has loaded another, shared by the callers that ask while it is computed, and computed every
+ * time when Caddy does not say when it loaded. A computation that fails is not kept.
+ */
+export class PerLoad<T> {
+  private held: { load: string; value: Promise<T> } | undefined;
+
+  constructor(private readonly admin: CaddyAdmin) {}
+
+  async get(compute: () => Promise<T>): Promise<T> {
+    // Read before `compute` reads the config, so the value is at least as new as the load it is kept for.
+    const load = await lastLoad(this.admin);
+    if (load === undefined) return compute();
+    let held = this.held;
+    if (held?.load !== load) {
+      const value = compute();
+      const mine = { load, value };
+      held = this.held = mine;
+      value.catch(() => {
+        if (this.held === mine) this.held = undefined;
+      });
+    }
+    return held.value;
+  }
+}

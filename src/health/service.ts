@@ -192,8 +192,7 @@ export class HealthService {
 
   private async routeCount(): Promise<number | null> {
     try {
-      const routes = JSON.parse(await this.statusRoutes.text()) as unknown;
-      return Array.isArray(routes) ? routes.length : null;
+      return await this.statusRoutes.count();
     } catch {
       // Caddy down or refusing: the status says so elsewhere; the count is unknown.
       return null;

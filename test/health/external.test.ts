@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { packageVersion } from "../../src/paths.js";
 import { buildTestApp } from "../helpers/app.js";
-import { startCaddy } from "../helpers/caddy.js";
+import { caddyMetric, startCaddy } from "../helpers/caddy.js";
 import { startReceiver, startUpstream } from "../helpers/http.js";
 
 /** The agent on a Caddy of its own (HOSTKEEPER_CADDY_ADMIN), as an operator of another Caddy would run it. */
@@ -153,6 +153,31 @@ describe("GET /v1/status", () => {
     });
     assert.deepEqual(s.operator, { active_instance: null });
     assert.equal(s.readiness.status, "ready");
+  });
+
+  test("the route count is read once per config Caddy loads, and follows changes made in Caddy directly", async (t) => {
+    const { call, caddy } = await setup(t);
+    const routes = "/config/apps/http/servers/srv0/routes";
+    const one = (id: string) => ({
+      "@id": id,
+      match: [{ host: [id] }],
+      handle: [{ handler: "static_response" }],
+    });
+    await caddy.admin.write("PATCH", routes, [one("a.count.test"), one("b.count.test")]);
+    const count = async () => {
+      const r = await call({ method: "GET", url: "/v1/status" });
+      assert.equal(r.statusCode, 200, r.body);
+      return r.json().routes.count as number;
+    };
+    const configReads = () =>
+      caddyMetric(caddy.admin, "caddy_admin_http_requests_total", { method: "GET", path: "/config/" });
+    assert.equal(await count(), 2);
+    const before = await configReads();
+    for (let i = 0; i < 3; i++) assert.equal(await count(), 2);
+    // The readiness check each status makes reads the listen list: one read of Caddy's config each, not two.
+    assert.equal(await configReads(), before + 3, "the count read none of Caddy's config again");
+    await caddy.admin.write("POST", routes, one("c.count.test"));
+    assert.equal(await count(), 3);
   });
 
   test("Caddy down is a state, not an error", async (t) => {
