@@ -40,11 +40,24 @@ export class GatherWindow {
     return bound < 1 ? 0 : bound;
   }
 
-  /** Waits while changes keep arriving (`arrived` counts them), never past the bound. */
-  async gather(arrived: () => number): Promise<void> {
+  /**
+   * How much longer a change that arrived `waitedMs` ago may wait for followers: the bound less what it has
+   * waited already (behind a read of the routes, say); 0 when it must go now.
+   */
+  leftMs(waitedMs: number): number {
     const bound = this.boundMs();
-    if (bound === 0) return;
-    const end = this.now() + bound;
+    return bound === 0 ? 0 : Math.max(0, bound - Math.max(0, waitedMs));
+  }
+
+  /**
+   * Waits while changes keep arriving (`arrived` counts them), never past the bound counted from the arrival
+   * of the change that waits, `waitedMs` ago.
+   */
+  async gather(arrived: () => number, waitedMs = 0): Promise<void> {
+    const bound = this.boundMs();
+    const window = this.leftMs(waitedMs);
+    if (window === 0) return;
+    const end = this.now() + window;
     let seen = arrived();
     for (;;) {
       const left = end - this.now();

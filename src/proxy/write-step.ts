@@ -47,6 +47,8 @@ export interface Pending<C extends WriterChange> {
   answer: (r: ChangeResult) => void;
   batchSize: number;
   previous: RouteJson | null;
+  /** When the writer got it (performance.now()). */
+  arrivedAt: number;
 }
 
 /** Changes taken to Caddy together, and whether an If-Match failure may still re-read and re-apply them. */

@@ -65,3 +65,16 @@ test("a small bound keeps a change alone's wait small: a quarter of it", async (
   await w.gather(() => 1);
   assert.equal(waited(), 1);
 });
+
+test("a change that already waited behind the writer's other work waits only what is left of the bound", async () => {
+  const { w, waited, arrived } = windowOnClock(() => 1);
+  w.wrote(1000);
+  assert.equal(w.leftMs(20), 30);
+  await w.gather(arrived, 20);
+  assert.equal(waited(), 30, "changes kept coming: the rest of the bound, not all of it");
+  assert.equal(w.leftMs(50), 0);
+  assert.equal(w.leftMs(400), 0);
+  const before = waited();
+  await w.gather(arrived, 400);
+  assert.equal(waited(), before, "one that waited the whole bound goes at once");
+});
