@@ -15,7 +15,7 @@ function codeOf(err: unknown): string | undefined {
 
 /**
  * Runs `attempt` up to `attempts` times while it fails with one of those connection errors, waiting 25, 50,
- * 100 ms between attempts: a reload is over by then, and a Caddy that is really down is said so soon.
+ * 100, 200 ms... between attempts: a reload is over by then, and a Caddy that is really down is said so soon.
  * Any other failure, and the last one, is thrown as it came.
  */
 export async function retriedAcrossReload<T>(attempts: number, attempt: () => Promise<T>): Promise<T> {
