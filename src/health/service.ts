@@ -138,6 +138,13 @@ export class HealthService {
   /** One read of the managed server's listen list proves the admin API answers and says what to connect to. */
   private async checkCaddy(): Promise<{ caddyAdmin: Check; listeners: Check }> {
     const server = this.o.server;
+    // An embedded Caddy its supervisor saw exit is down now: said at once, not bridged by the read's retries.
+    const embedded = this.o.embedded?.status().state;
+    if (embedded === "restarting" || embedded === "stopped")
+      return {
+        caddyAdmin: failing(`the embedded Caddy is ${embedded}`),
+        listeners: failing("unknown: Caddy's admin API does not answer"),
+      };
     let res: CaddyResponse;
     try {
       // Retried as the agent's own reads are (up to 375 ms): Caddy restarts its admin endpoint after every
