@@ -6,6 +6,7 @@ import { test } from "node:test";
 import { CaddyAdmin } from "../../src/caddy/admin.js";
 import { lastLoad } from "../../src/caddy/last-load.js";
 import { RoutesSnapshot } from "../../src/proxy/routes-snapshot.js";
+import { readAll } from "../../src/proxy/routes-stream.js";
 import { buildTestApp } from "../helpers/app.js";
 import { caddyMetric, startRefusableCaddy } from "../helpers/caddy.js";
 import { closeAfter } from "../helpers/http.js";
@@ -22,12 +23,7 @@ const staticRoute = (id: string, body = id) => ({
 });
 
 /** Reads a list body whole, whether kept as text or streamed. */
-async function readBody(x: Readable | string): Promise<string> {
-  if (typeof x === "string") return x;
-  let s = "";
-  for await (const c of x) s += String(c);
-  return s;
-}
+const readBody = async (x: Readable | string): Promise<string> => (typeof x === "string" ? x : readAll(x));
 
 test("a list asked again while Caddy loaded nothing is its bytes without a read of Caddy's config; changes behind the agent's back, a refused change and a restart are seen", async (t) => {
   const { caddy, refuse, accept } = await startRefusableCaddy(t);

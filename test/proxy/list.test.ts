@@ -10,6 +10,7 @@ import { Outbox } from "../../src/events/outbox.js";
 import { outboxMigrations } from "../../src/events/store.js";
 import { ChangeJournal, type RecordedChange } from "../../src/proxy/journal.js";
 import type { RouteJson } from "../../src/proxy/plan.js";
+import { readAll } from "../../src/proxy/routes-stream.js";
 import { RouteService, type RouteView } from "../../src/proxy/service.js";
 import { proxyMigrations, RouteChangeStore } from "../../src/proxy/store.js";
 import { RouteWriter } from "../../src/proxy/writer.js";
@@ -166,12 +167,7 @@ test("while a route needs showing differently, the list is parsed and every rout
     handle: [{ handler: "reverse_proxy", upstreams: [{ dial: "{marker}" }] }],
   };
   await caddy.admin.write("POST", ROUTES, marked);
-  const read = async (x: Readable | string) => {
-    if (typeof x === "string") return x;
-    let s = "";
-    for await (const c of x) s += String(c);
-    return s;
-  };
+  const read = async (x: Readable | string) => (typeof x === "string" ? x : readAll(x));
   const passed = await read(await service.list());
   assert.equal(passed, (await caddy.admin.read(ROUTES)).text);
   active = true;
