@@ -12,7 +12,7 @@ import type {
   RequestOptions,
 } from "../util/node-builtins.js";
 import { http } from "../util/node-builtins.js";
-import { retriedAcrossReload } from "./retry.js";
+import { neverSent, retriedAcrossReload } from "./retry.js";
 
 /** Caddy's admin endpoint could not be reached or did not answer in time. */
 export class CaddyUnavailableError extends Error {
@@ -219,17 +219,33 @@ export class CaddyAdmin {
     return retriedAcrossReload(attempts, () => this.raw("GET", path));
   }
 
-  /** A write; any non-2xx answer becomes a CaddyApiError carrying Caddy's message. */
+  /** The ETag the path an If-Match value names has now (Caddy's ETags are `"<path> <hash>"`). */
+  private async etagNow(ifMatch: string): Promise<string | undefined> {
+    const path = ifMatch.slice(1, -1).split(" ")[0] ?? "";
+    return path.startsWith("/config/") ? (await this.read(path)).etag : undefined;
+  }
+
+  /**
+   * A write; any non-2xx answer becomes a CaddyApiError carrying Caddy's message. Sent again when the
+   * connection failed as Caddy restarted its admin server after a change (a write sent right behind another
+   * can meet that) and the write provably did not land: the connection was never made, or the value its
+   * If-Match names still has that ETag (Caddy checks it and changes the config under one lock).
+   */
   async write(
     method: "POST" | "PUT" | "PATCH" | "DELETE",
     path: string,
     body?: unknown,
     ifMatch?: string,
   ): Promise<void> {
-    const res = await this.raw(method, path, {
+    const opts = {
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
       ...(ifMatch ? { ifMatch } : {}),
-    });
+    };
+    const res = await retriedAcrossReload(
+      READ_ATTEMPTS,
+      () => this.raw(method, path, opts),
+      async (err) => neverSent(err) || (ifMatch !== undefined && (await this.etagNow(ifMatch)) === ifMatch),
+    );
     if (res.status < 200 || res.status >= 300) {
       this.metrics?.caddyAdminErrors.inc({ method, reason: "status" });
       throw new CaddyApiError(res.status, caddyErrorText(res));

@@ -13,12 +13,23 @@ function codeOf(err: unknown): string | undefined {
   return e?.code ?? (e?.cause as NodeJS.ErrnoException | undefined)?.code;
 }
 
+/** Whether the connection failed before it was made, so the request was never sent. */
+export function neverSent(err: unknown): boolean {
+  const e = err as NodeJS.ErrnoException | undefined;
+  return ((e?.cause as NodeJS.ErrnoException | undefined)?.syscall ?? e?.syscall) === "connect";
+}
+
 /**
  * Runs `attempt` up to `attempts` times while it fails with one of those connection errors, waiting 25, 50,
  * 100, 200 ms... between attempts: a reload is over by then, and a Caddy that is really down is said so soon.
- * Any other failure, and the last one, is thrown as it came.
+ * A request that is not safe to send twice passes `unchanged`, which must show the failed attempt changed
+ * nothing. Any other failure, and the last one, is thrown as it came.
  */
-export async function retriedAcrossReload<T>(attempts: number, attempt: () => Promise<T>): Promise<T> {
+export async function retriedAcrossReload<T>(
+  attempts: number,
+  attempt: () => Promise<T>,
+  unchanged?: (err: unknown) => Promise<boolean>,
+): Promise<T> {
   for (let i = 0; ; i++) {
     try {
       return await attempt();
@@ -26,6 +37,7 @@ export async function retriedAcrossReload<T>(attempts: number, attempt: () => Pr
       const code = codeOf(err);
       if (!code || !RELOAD_ERRORS.has(code) || i >= attempts - 1) throw err;
       await sleep(25 * 2 ** i);
+      if (unchanged && !(await unchanged(err).catch(() => false))) throw err;
     }
   }
 }
