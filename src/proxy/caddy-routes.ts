@@ -1,6 +1,8 @@
 import type { Readable } from "node:stream";
+import type { Logger } from "pino";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
 import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
+import { caddyEtag, caddyEtagOfText, goJson } from "../caddy/etag.js";
 import { lastLoad, PerLoad } from "../caddy/last-load.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { collectWhenIdle } from "../util/idle-gc.js";
@@ -8,6 +10,7 @@ import { indexRoutes, type Op, opId, type Plan, type RouteJson, type RoutesIndex
 import { PARSED_KEPT_MS, RoutesCache, routesStateOf } from "./routes-cache.js";
 import { RoutesSnapshot } from "./routes-snapshot.js";
 import { readAll, routesBody } from "./routes-stream.js";
+import { type RoutesTarget, type WriteOutcome, writePlan } from "./routes-write.js";
 import { managedServerCreation } from "./server-creation.js";
 
 export interface RoutesState {
@@ -20,20 +23,11 @@ export interface RoutesState {
   index: RoutesIndex;
   /** ETag of the routes path, or of `/config/` when the server is missing. */
   etag: string;
+  /** The ETag was computed from routes the agent wrote (caddy/etag.ts), not read from Caddy. */
+  etagComputed?: boolean;
   /** The whole config, read only when the server is missing (to find where to create it). */
   config?: Record<string, unknown> | null;
 }
-
-export type WriteOutcome =
-  | { kind: "written" }
-  /** If-Match failed: the routes changed since they were read, and nothing was written. */
-  | { kind: "stale" }
-  /** Caddy refused the new config and kept the old one. */
-  | { kind: "refused"; message: string }
-  /** The request never reached Caddy. */
-  | { kind: "not_sent"; message: string }
-  /** The connection failed after the request may have reached Caddy: the write may or may not have landed. */
-  | { kind: "uncertain"; message: string };
 
 export interface CaddyRoutesOptions {
   /** Name of the managed server under `apps.http.servers`. */
@@ -47,10 +41,9 @@ export interface CaddyRoutesOptions {
   fields?: readonly ConfigField[];
   /** How long routes parsed for the next change are kept (PARSED_KEPT_MS); tests shorten it. */
   parsedKeptMs?: number;
+  /** Told when a computed ETag proved not to be Caddy's (the agent then reads the ETag after each write). */
+  log?: Pick<Logger, "warn">;
 }
-
-/** Connection errors that prove the request never reached Caddy. */
-const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
 
 /**
  * The managed server's routes in Caddy: reads them (keeping the last known state until it may be stale),
@@ -59,6 +52,7 @@ const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
  */
 export class CaddyRoutes {
   private readonly routesPath: string;
+  private readonly target: RoutesTarget;
   private readonly serverPath: string;
   /**
    * Where each route id was in the routes last parsed or written: a hint for reading one route. The `first`
@@ -75,16 +69,32 @@ export class CaddyRoutes {
   private readonly snapshot = new RoutesSnapshot();
   /** How many routes Caddy holds, counted once per config it loads. */
   private readonly counted: PerLoad<number>;
+  /**
+   * Whether a write's new ETag is computed (caddy/etag.ts) rather than read back with all routes. Off for
+   * good once Caddy's ETag of routes it read differs from the one computed for them (a config whose text
+   * Go writes in a way the agent does not reproduce): each such write would otherwise cost a 412 and a read.
+   */
+  private computeEtags = true;
+  /** A write on a computed ETag met a 412: the next read checks the computation against Caddy's ETag. */
+  private checkEtag = false;
 
   constructor(
     private readonly admin: CaddyAdmin,
     private readonly opts: CaddyRoutesOptions,
   ) {
     this.serverPath = `/config/apps/http/servers/${opts.server}`;
-    this.cache = new RoutesCache(opts.parsedKeptMs ?? PARSED_KEPT_MS, (state) => {
-      this.positions = state.index.first;
-    });
     this.routesPath = `${this.serverPath}/routes`;
+    this.target = { ...opts, routesPath: this.routesPath };
+    this.cache = new RoutesCache(
+      opts.parsedKeptMs ?? PARSED_KEPT_MS,
+      (state) => {
+        this.positions = state.index.first;
+      },
+      (routes) => {
+        const text = goJson(routes);
+        return { text, etag: caddyEtagOfText(this.routesPath, text) };
+      },
+    );
     this.counted = new PerLoad(admin);
   }
 
@@ -185,12 +195,14 @@ export class CaddyRoutes {
   }
 
   /**
-   * Reads the routes and their ETag into the last known state; a failed read leaves none. The text is
-   * parsed once the event loop is idle, so the next change does not wait for it (at 20,000 routes the parse
-   * takes tens of milliseconds; the parsed routes do not show in the idle agent's resident memory).
+   * Makes the last known state ready for the next change after a write: the written routes' ETag computed
+   * (tens of milliseconds at 20,000 routes), or, when the agent does not compute it, the routes and their
+   * ETag read. A read's text is parsed once the event loop is idle, so the next change does not wait for it
+   * (at 20,000 routes the parse takes tens of milliseconds; the parsed routes do not show in the idle
+   * agent's resident memory); a failed read leaves no state.
    */
   async refresh(): Promise<void> {
-    this.cache.drop();
+    if (this.cache.state() !== undefined) return;
     const res = await this.admin.read(this.routesPath).catch(() => undefined);
     if (res?.status === 200 && res.etag) this.cache.holdText(res.text, res.etag);
   }
@@ -213,18 +225,12 @@ export class CaddyRoutes {
 
   /** Writes the planned routes over `state` as one change, with If-Match on the ETag `state` was read with. */
   async write(state: RoutesState, p: Plan): Promise<WriteOutcome> {
-    try {
-      await this.send(state, p);
-      return { kind: "written" };
-    } catch (err) {
-      // Caddy keeps the previous config when it refuses a change, so the last known state still holds.
-      if (err instanceof CaddyApiError && err.status !== 412)
-        return { kind: "refused", message: err.message };
-      this.cache.drop();
-      if (err instanceof CaddyApiError) return { kind: "stale" };
-      const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
-      return { kind: NOT_SENT.has(code ?? "") ? "not_sent" : "uncertain", message: (err as Error).message };
-    }
+    const outcome = await writePlan(this.admin, this.target, state, p);
+    // Caddy keeps the previous config when it refuses a change, so the last known state still holds.
+    if (outcome.kind === "written" || outcome.kind === "refused") return outcome;
+    if (outcome.kind === "stale" && state.etagComputed) this.checkEtag = true;
+    this.cache.drop();
+    return outcome;
   }
 
   /**
@@ -232,12 +238,13 @@ export class CaddyRoutes {
    * If-Match on the routes the plan started from, so it holds the plan's routes. Reading them back would cost
    * a round trip (often two: Caddy restarts its admin endpoint after a change, and a read landing then is
    * reset) and, for a batch, a read and parse of every route, and prove nothing more. The routes' new ETag
-   * is still unknown: the writer reads it once the answers are out, and the next write's If-Match catches
+   * is computed from them (caddy/etag.ts) when they are next needed, and the next write's If-Match catches
    * any difference.
    */
   written(p: Plan): void {
     this.generation++;
-    this.cache.drop();
+    if (this.computeEtags) this.cache.holdWritten(p.routes);
+    else this.cache.drop();
     const only = p.applied.length === 1 ? p.applied[0] : undefined;
     if (only) {
       // One route came, went or changed: move the positions after it rather than index every route again
@@ -285,7 +292,8 @@ export class CaddyRoutes {
     this.cache.drop();
     const state = await this.read();
     if (state.serverExists) return false;
-    await this.createServer(state, [], state.etag);
+    const { path, value } = managedServerCreation(state.config, this.opts, []);
+    await this.admin.write("POST", path, value, state.etag);
     return true;
   }
 
@@ -323,6 +331,17 @@ export class CaddyRoutes {
     }
   }
 
+  /** After a 412 on a computed ETag: stops computing them when Caddy's ETag of the routes read is not the one computed. */
+  private checkComputation(state: RoutesState): void {
+    this.checkEtag = false;
+    if (!state.routesPresent || caddyEtag(this.routesPath, state.routes) === state.etag) return;
+    this.computeEtags = false;
+    this.opts.log?.warn(
+      { path: this.routesPath },
+      "Caddy encodes these routes in a way the agent does not reproduce; it reads the routes' ETag after each write from now on",
+    );
+  }
+
   /** Missing intermediate keys read as 400 ("invalid traversal path"); confirm the server is really absent. */
   private async serverMissing(status: number): Promise<boolean> {
     if (status !== 400 && status !== 404) return false;
@@ -335,6 +354,7 @@ export class CaddyRoutes {
     if (res.status === 200 && res.etag) {
       const state = routesStateOf(res.text, res.etag);
       this.positions = state.index.first;
+      if (this.checkEtag) this.checkComputation(state);
       return state;
     }
     if (await this.serverMissing(res.status)) {
@@ -354,41 +374,4 @@ export class CaddyRoutes {
     }
     throw new CaddyApiError(res.status, caddyErrorText(res));
   }
-
-  /** One request: a targeted write for a single change, the whole routes array for a batch. */
-  private async send(state: RoutesState, p: Plan): Promise<void> {
-    const ifMatch = state.etag;
-    if (!state.serverExists) return this.createServer(state, p.routes, ifMatch);
-    if (!state.routesPresent) return this.admin.write("PUT", this.routesPath, p.routes, ifMatch);
-    const only = p.applied.length === 1 ? p.applied[0] : undefined;
-    if (!only) {
-      // A batch that only adds routes at the end (creates of new hosts) sends just those: Caddy then parses
-      // a few routes instead of all of them (half a second less at 20,000 routes).
-      const added = appendedTo(state.routes, p.routes);
-      if (added) return this.admin.write("POST", `${this.routesPath}/...`, added, ifMatch);
-      return this.admin.write("PATCH", this.routesPath, p.routes, ifMatch);
-    }
-    const { op, at, wasPresent } = only;
-    if (op.kind === "delete")
-      return this.admin.write("DELETE", `${this.routesPath}/${at}`, undefined, ifMatch);
-    if (wasPresent) return this.admin.write("PATCH", `${this.routesPath}/${at}`, op.route, ifMatch);
-    if (at === state.routes.length) return this.admin.write("POST", this.routesPath, op.route, ifMatch);
-    return this.admin.write("PUT", `${this.routesPath}/${at}`, op.route, ifMatch);
-  }
-
-  /** Creates the managed server (and any missing parents) holding `routes`, listening on the configured addresses. */
-  private createServer(state: RoutesState, routes: RouteJson[], ifMatch: string): Promise<void> {
-    const { path, value } = managedServerCreation(state.config, this.opts, routes);
-    return this.admin.write("POST", path, value, ifMatch);
-  }
-}
-
-/**
- * The routes `next` adds after all of `current` when that is all it changes (the plan copies the array and
- * puts a new object wherever it changes a route), else undefined.
- */
-function appendedTo(current: readonly RouteJson[], next: readonly RouteJson[]): RouteJson[] | undefined {
-  if (next.length <= current.length) return undefined;
-  for (let i = 0; i < current.length; i++) if (next[i] !== current[i]) return undefined;
-  return next.slice(current.length);
 }

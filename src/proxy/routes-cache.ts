@@ -15,17 +15,25 @@ export const PARSED_KEPT_MS = 10_000;
 const KEPT_PLAIN = 64 * 1024;
 
 /**
- * The managed server's routes as the writer last knew them: parsed (a read, or a verified write), Caddy's
- * text read after a write (parsed on an idle tick, so the answer does not wait for it), or that text
- * compressed once the routes were kept parsed `keptMs` without use. Dropped whenever it may be stale.
+ * The managed server's routes as the writer last knew them: parsed (a read, or a verified write), the
+ * routes of a verified write whose ETag is still to be computed, Caddy's text read after a write (parsed
+ * on an idle tick, so the answer does not wait for it), or that text compressed once the routes were kept
+ * parsed `keptMs` without use. Dropped whenever it may be stale.
  */
 export class RoutesCache {
-  private held: RoutesState | { text: string; etag: string } | { deflated: Buffer; etag: string } | undefined;
+  private held:
+    | RoutesState
+    | { written: RouteJson[] }
+    | { text: string; etag: string }
+    | { deflated: Buffer; etag: string }
+    | undefined;
 
   constructor(
     private readonly keptMs: number,
-    /** Called with the routes each time they are parsed (their index says where each id is). */
+    /** Called with the routes each time they are parsed or written (their index says where each id is). */
     private readonly parsed: (state: RoutesState) => void,
+    /** The ETag Caddy gives the routes once it holds `routes`, and the text it hashes (see caddy/etag.ts). */
+    private readonly etagOf: (routes: RouteJson[]) => { etag: string; text: string },
   ) {}
 
   drop(): void {
@@ -34,6 +42,11 @@ export class RoutesCache {
 
   set(state: RoutesState): void {
     this.held = state;
+  }
+
+  /** Holds the routes Caddy verifiably holds after a write; their ETag is computed when they are next needed. */
+  holdWritten(routes: RouteJson[]): void {
+    this.held = { written: routes };
   }
 
   /**
@@ -47,19 +60,22 @@ export class RoutesCache {
     setImmediate(() => {
       if (this.held !== plain) return;
       const parsed = this.state();
-      setTimeout(() => {
-        if (parsed !== undefined && this.held === parsed)
-          this.held =
-            text.length <= KEPT_PLAIN ? plain : { deflated: deflateRawSync(text, { level: 1 }), etag };
-        collectWhenIdle();
-      }, this.keptMs).unref();
+      if (parsed !== undefined) this.keepParsed(parsed, text);
     });
   }
 
-  /** The routes held, parsing (and first inflating) held text first. */
+  /** The routes held, parsing (and first inflating) held text, or computing a write's ETag, first. */
   state(): RoutesState | undefined {
     const c = this.held;
     if (c === undefined || "routes" in c) return c;
+    if ("written" in c) {
+      const { etag, text } = this.etagOf(c.written);
+      const state: RoutesState = { ...stateOf(c.written, etag), etagComputed: true };
+      this.held = state;
+      this.parsed(state);
+      this.keepParsed(state, text);
+      return state;
+    }
     try {
       const text = "text" in c ? c.text : inflateRawSync(c.deflated).toString("utf8");
       this.held = routesStateOf(text, c.etag);
@@ -71,11 +87,26 @@ export class RoutesCache {
     }
     return this.held;
   }
+
+  /** Keeps `state` parsed for `keptMs`, then, unless replaced meanwhile, only its `text`, compressed. */
+  private keepParsed(state: RoutesState, text: string): void {
+    setTimeout(() => {
+      if (this.held !== state) return;
+      this.held =
+        text.length <= KEPT_PLAIN
+          ? { text, etag: state.etag }
+          : { deflated: deflateRawSync(text, { level: 1 }), etag: state.etag };
+      collectWhenIdle();
+    }, this.keptMs).unref();
+  }
 }
 
 /** The state of an existing server from Caddy's answer for its routes path (`null` when it has no routes key). */
 export function routesStateOf(text: string, etag: string): RoutesState {
   const parsed = JSON.parse(text) as RouteJson[] | null;
-  const routes = parsed ?? [];
-  return { serverExists: true, routesPresent: parsed !== null, routes, index: indexRoutes(routes), etag };
+  return { ...stateOf(parsed ?? [], etag), routesPresent: parsed !== null };
+}
+
+function stateOf(routes: RouteJson[], etag: string): RoutesState {
+  return { serverExists: true, routesPresent: true, routes, index: indexRoutes(routes), etag };
 }

@@ -73,7 +73,7 @@ export class WriteSteps<C extends WriterChange> {
     private readonly log: Logger,
   ) {}
 
-  /** Answers every change of `batch`; true when it wrote to Caddy (the routes' new ETag is then unknown). */
+  /** Answers every change of `batch`; true when it wrote to Caddy (the routes' new ETag is then still to be known). */
   async run(batch: Pending<C>[]): Promise<boolean> {
     this.wrote = false;
     const steps: Step<C>[] = [{ changes: batch, mayRetry: true }];

@@ -76,7 +76,7 @@ export interface Conformance {
 export class RouteWriter<C extends WriterChange = WriterChange> {
   private readonly queue: Pending<C>[] = [];
   private busy = false;
-  /** A change was written: the routes' new ETag still has to be read. */
+  /** A change was written: the routes' new ETag still has to be computed (or read). */
   private refreshDue = false;
   private idleWaiters: (() => void)[] = [];
   /** Work that needs the routes to itself (see `exclusive`), run between batches. */
@@ -217,8 +217,8 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
       return;
     }
     if (this.queue.length === 0) {
-      // The routes' ETag is read after a change was verified and answered, so the next change starts
-      // from a known state without the answer waiting for a read of every route.
+      // The routes' ETag is computed (or read) after a change was verified and answered, so the next change
+      // starts from a known state without the answer waiting for it.
       this.refreshDue = false;
       await this.caddy.refresh();
       return;

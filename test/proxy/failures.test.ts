@@ -64,7 +64,45 @@ test("a change Caddy refuses leaves the previous route serving traffic", async (
   assert.equal((await viaProxy(caddy.httpPort, "refuse.test")).body, "new");
 });
 
-test("a write that fails after Caddy may have changed is rolled back to the captured state", async (t) => {
+/** A route put in Caddy by someone else, so the routes match neither the state before a write nor after it. */
+const foreign = {
+  "@id": "foreign.test",
+  match: [{ host: ["foreign.test"] }],
+  handle: [{ handler: "static_response" }],
+};
+const ROUTES = "/config/apps/http/servers/srv0/routes";
+
+test("a write whose answer broke off after Caddy applied it is found applied: the routes read back are the plan's", async (t) => {
+  const caddy = await startCaddy(t);
+  const { call, app } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
+  const old = await startUpstream(t, "old");
+  const next = await startUpstream(t, "new");
+  assert.equal(
+    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("ok.test", old.port) })).statusCode,
+    201,
+  );
+  // The connection breaking after Caddy applied the write cannot be caused on demand: simulate that one step.
+  const admin = app.services.caddyAdmin;
+  const realWrite = admin.write.bind(admin);
+  let calls = 0;
+  t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
+    calls++;
+    await realWrite(...args);
+    if (calls === 1) throw reset();
+  });
+  const put = await call({
+    method: "PUT",
+    url: "/v1/proxy/routes/ok.test",
+    payload: route("ok.test", next.port),
+  });
+  assert.equal(put.statusCode, 200, put.body);
+  assert.equal(calls, 1, "nothing was restored");
+  assert.equal((await viaProxy(caddy.httpPort, "ok.test")).body, "new");
+  const row = app.services.db.prepare("SELECT outcome FROM route_changes WHERE operation = 'replace'").get();
+  assert.deepEqual(row, { outcome: "applied" });
+});
+
+test("a write that fails after Caddy may have changed, with routes read back that are not the plan's, is rolled back to the captured state", async (t) => {
   const caddy = await startCaddy(t);
   const { call, app } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
   const old = await startUpstream(t, "old");
@@ -74,14 +112,17 @@ test("a write that fails after Caddy may have changed is rolled back to the capt
     201,
   );
 
-  // The connection breaking after Caddy applied the write cannot be caused on demand: simulate that one step.
+  // The connection breaking after Caddy applied the write cannot be caused on demand: simulate that one step
+  // (and a change of someone else's landing right after it).
   const admin = app.services.caddyAdmin;
   const realWrite = admin.write.bind(admin);
   let calls = 0;
   t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
     calls++;
     await realWrite(...args);
-    if (calls === 1) throw reset();
+    if (calls !== 1) return;
+    await caddy.admin.write("POST", ROUTES, foreign);
+    throw reset();
   });
   const put = await call({
     method: "PUT",
@@ -110,7 +151,10 @@ test("when the rollback fails too, the answer says so and carries the captured s
   let calls = 0;
   t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
     calls++;
-    if (calls === 1) await realWrite(...args);
+    if (calls === 1) {
+      await realWrite(...args);
+      await caddy.admin.write("POST", ROUTES, foreign);
+    }
     throw reset();
   });
   const del = await call({ method: "DELETE", url: "/v1/proxy/routes/rbf.test" });

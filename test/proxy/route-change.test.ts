@@ -183,17 +183,22 @@ test("a change rolled back is reported as rolled_back, with the route put back",
     payload: route("rb.test", old.port, rx.url),
   });
   assert.equal(created.statusCode, 201);
-  // The connection breaking after Caddy applied the write cannot be caused on demand: simulate that one step.
+  // The connection breaking after Caddy applied the write cannot be caused on demand: simulate that one step,
+  // and someone else's change landing right after it (else the agent finds its own change applied).
   const admin = app.services.caddyAdmin;
   const realWrite = admin.write.bind(admin);
   let calls = 0;
   t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
     calls++;
     await realWrite(...args);
-    if (calls === 1)
-      throw new CaddyUnavailableError("Caddy admin API broke off: socket hang up", {
-        cause: Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }),
-      });
+    if (calls !== 1) return;
+    await caddy.admin.write("POST", "/config/apps/http/servers/srv0/routes", {
+      match: [{ host: ["foreign.test"] }],
+      handle: [{ handler: "static_response" }],
+    });
+    throw new CaddyUnavailableError("Caddy admin API broke off: socket hang up", {
+      cause: Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }),
+    });
   });
   const put = await call({
     method: "PUT",
