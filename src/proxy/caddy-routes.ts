@@ -122,13 +122,14 @@ export class CaddyRoutes {
   async stream(): Promise<Readable | string> {
     // Caddy's last load is read before its routes, so the routes kept with it are at least that new.
     const load = await lastLoad(this.admin);
-    const kept = load === undefined ? undefined : this.snapshot.at(load);
-    if (kept !== undefined) return kept;
+    if (load === undefined) return this.streamNow();
+    return this.snapshot.get(load, () => this.streamNow());
+  }
+
+  /** The routes read from Caddy now, passed on as they arrive. */
+  private async streamNow(): Promise<Readable | string> {
     const res = await this.admin.stream(this.routesPath);
-    if (res.status === 200) {
-      const body = await routesBody(res.body, Number(res.headers["content-length"] ?? Number.NaN));
-      return load === undefined ? body : this.snapshot.keep(load, body);
-    }
+    if (res.status === 200) return routesBody(res.body, Number(res.headers["content-length"] ?? Number.NaN));
     const text = await readAll(res.body);
     if (await this.serverMissing(res.status)) return "[]";
     throw new CaddyApiError(res.status, caddyErrorText({ ...res, text }));
