@@ -1,10 +1,4 @@
-import xxhash from "xxhash-wasm";
-
-/** XXH64, the hash of Caddy's ETags (cespare/xxhash), instantiated once. */
-const xxh = await xxhash();
-
-/** Text is hashed in pieces this long: the hasher's WebAssembly memory grows to its largest input, for good. */
-const PIECE = 32 * 1024;
+import { xxh64Hex } from "./xxh64.js";
 
 /**
  * The ETag Caddy's admin API gives the value at `path` when that value is `value` (admin.go `makeEtag`):
@@ -18,9 +12,7 @@ export function caddyEtag(path: string, value: unknown): string {
 
 /** The same, from `goJson`'s text of the value (kept by a caller that needs it besides). */
 export function caddyEtagOfText(path: string, text: string): string {
-  const h = xxh.create64();
-  for (let at = 0; at < text.length; at += PIECE) h.update(text.slice(at, at + PIECE));
-  return `"${path} ${h.digest().toString(16).padStart(16, "0")}"`;
+  return `"${path} ${xxh64Hex(Buffer.from(text, "utf8"))}"`;
 }
 
 /**

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { caddyEtag, goJson } from "../../src/caddy/etag.js";
+import { xxh64Hex } from "../../src/caddy/xxh64.js";
 import { startCaddy } from "../helpers/caddy.js";
 
 // The agent computes the ETag Caddy gives the routes it wrote (caddy/etag.ts) instead of reading them back.
@@ -63,4 +64,29 @@ test("Go's text of a value: sorted keys, HTML escapes and lone surrogates as Go 
   assert.equal(goJson(["\ud800x"]), '["\ufffdx"]\n');
   assert.equal(goJson({ "😀": 1, "\uffee": 2 }), '{"\uffee":2,"😀":1}\n');
   assert.equal(goJson({ a: undefined, b: [undefined] }), '{"b":[null]}\n');
+});
+
+test("XXH64 on 32-bit halves gives the reference implementation's hashes, across its block and tail sizes", () => {
+  // From XXH64's reference (seed 0): every branch of the tail (8, 4 and 1 bytes) and the 32-byte stripes.
+  const text = Buffer.from("Nobody inspects the spammish repetition; ü ☃ 😀 ".repeat(3));
+  const expected: Record<number, string> = {
+    0: "ef46db3751d8e999",
+    1: "16b6310ebd34bd7c",
+    3: "c9836c0b0560ccba",
+    4: "265faa35d7afec64",
+    7: "b0e815555cf3e789",
+    8: "93fc083b5a3f012c",
+    9: "9ad43e84f12d75b0",
+    12: "a45d439f3f93e297",
+    31: "c1a0e0ae86e1d78c",
+    32: "96f5bfcbfe7f0d1a",
+    33: "977f4aa19d128181",
+    63: "87c3689e45699cf7",
+    64: "ee2220b0df27737a",
+    100: "e7b379dd6f5b51c5",
+    159: "c3486da05b960f31",
+  };
+  for (const [n, hash] of Object.entries(expected))
+    assert.equal(xxh64Hex(text.subarray(0, Number(n))), hash, `${n} bytes`);
+  assert.equal(xxh64Hex(Buffer.from("abc")), "44bc2cf5ad770999");
 });
