@@ -2,18 +2,14 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { test } from "node:test";
-import { CaddyUnavailableError } from "../../src/caddy/admin.js";
+import { type TestContext, test } from "node:test";
 import { freePort } from "../../support/loopback.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy, startRefusableCaddy } from "../helpers/caddy.js";
 import { startReceiver, startUpstream, viaProxy } from "../helpers/http.js";
+import { loseFirstWriteAnswer } from "./support.js";
 
 const route = (domain: string, port: number) => ({ domain, upstreams: [{ dial: `127.0.0.1:${port}` }] });
-const reset = () =>
-  new CaddyUnavailableError("Caddy admin API broke off: socket hang up", {
-    cause: Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }),
-  });
 
 test("a change Caddy refuses leaves the previous route serving traffic", async (t) => {
   // Caddy re-reads TLS certificate files on every config change; a file that vanished makes it refuse
@@ -72,57 +68,37 @@ const foreign = {
 };
 const ROUTES = "/config/apps/http/servers/srv0/routes";
 
-test("a write whose answer broke off after Caddy applied it is found applied: the routes read back are the plan's", async (t) => {
+/** The agent on a real Caddy holding `domain`, served by an upstream answering "old"; "new" answers besides. */
+async function withRoute(t: TestContext, domain: string) {
   const caddy = await startCaddy(t);
   const { call, app } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
   const old = await startUpstream(t, "old");
   const next = await startUpstream(t, "new");
-  assert.equal(
-    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("ok.test", old.port) })).statusCode,
-    201,
-  );
-  // The connection breaking after Caddy applied the write cannot be caused on demand: simulate that one step.
-  const admin = app.services.caddyAdmin;
-  const realWrite = admin.write.bind(admin);
-  let calls = 0;
-  t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
-    calls++;
-    await realWrite(...args);
-    if (calls === 1) throw reset();
-  });
+  const created = await call({ method: "POST", url: "/v1/proxy/routes", payload: route(domain, old.port) });
+  assert.equal(created.statusCode, 201, created.body);
+  return { caddy, call, app, old, next };
+}
+
+test("a write whose answer broke off after Caddy applied it is found applied: the routes read back are the plan's", async (t) => {
+  const { caddy, call, app, next } = await withRoute(t, "ok.test");
+  const writes = loseFirstWriteAnswer(t, app.services.caddyAdmin);
   const put = await call({
     method: "PUT",
     url: "/v1/proxy/routes/ok.test",
     payload: route("ok.test", next.port),
   });
   assert.equal(put.statusCode, 200, put.body);
-  assert.equal(calls, 1, "nothing was restored");
+  assert.equal(writes(), 1, "nothing was restored");
   assert.equal((await viaProxy(caddy.httpPort, "ok.test")).body, "new");
   const row = app.services.db.prepare("SELECT outcome FROM route_changes WHERE operation = 'replace'").get();
   assert.deepEqual(row, { outcome: "applied" });
 });
 
 test("a write that fails after Caddy may have changed, with routes read back that are not the plan's, is rolled back to the captured state", async (t) => {
-  const caddy = await startCaddy(t);
-  const { call, app } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
-  const old = await startUpstream(t, "old");
-  const next = await startUpstream(t, "new");
-  assert.equal(
-    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("rb.test", old.port) })).statusCode,
-    201,
-  );
-
-  // The connection breaking after Caddy applied the write cannot be caused on demand: simulate that one step
-  // (and a change of someone else's landing right after it).
-  const admin = app.services.caddyAdmin;
-  const realWrite = admin.write.bind(admin);
-  let calls = 0;
-  t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
-    calls++;
-    await realWrite(...args);
-    if (calls !== 1) return;
-    await caddy.admin.write("POST", ROUTES, foreign);
-    throw reset();
+  const { caddy, call, app, next } = await withRoute(t, "rb.test");
+  // Someone else's change lands right after the agent's, so the routes read back are not the plan's.
+  loseFirstWriteAnswer(t, app.services.caddyAdmin, {
+    afterFirst: () => caddy.admin.write("POST", ROUTES, foreign),
   });
   const put = await call({
     method: "PUT",
@@ -138,24 +114,10 @@ test("a write that fails after Caddy may have changed, with routes read back tha
 });
 
 test("when the rollback fails too, the answer says so and carries the captured state", async (t) => {
-  const caddy = await startCaddy(t);
-  const { call, app } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
-  const old = await startUpstream(t, "old");
-  assert.equal(
-    (await call({ method: "POST", url: "/v1/proxy/routes", payload: route("rbf.test", old.port) }))
-      .statusCode,
-    201,
-  );
-  const admin = app.services.caddyAdmin;
-  const realWrite = admin.write.bind(admin);
-  let calls = 0;
-  t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
-    calls++;
-    if (calls === 1) {
-      await realWrite(...args);
-      await caddy.admin.write("POST", ROUTES, foreign);
-    }
-    throw reset();
+  const { caddy, call, app, old } = await withRoute(t, "rbf.test");
+  const writes = loseFirstWriteAnswer(t, app.services.caddyAdmin, {
+    afterFirst: () => caddy.admin.write("POST", ROUTES, foreign),
+    failLater: true,
   });
   const del = await call({ method: "DELETE", url: "/v1/proxy/routes/rbf.test" });
   assert.equal(del.statusCode, 503, del.body);
@@ -163,7 +125,7 @@ test("when the rollback fails too, the answer says so and carries the captured s
   assert.equal(body.code, "proxy_rollback_failed");
   assert.equal(body.captured_state["@id"], "rbf.test");
   assert.deepEqual(body.captured_state.handle[0].upstreams, [{ dial: `127.0.0.1:${old.port}` }]);
-  assert.ok(calls >= 2, "a restore was attempted");
+  assert.ok(writes() >= 2, "a restore was attempted");
 });
 
 test("callbacks to denied addresses are refused at connect time, not only at parse time", async (t) => {

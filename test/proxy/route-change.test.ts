@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { CaddyUnavailableError } from "../../src/caddy/admin.js";
 import { buildTestApp, TEST_SECRET } from "../helpers/app.js";
 import { startCaddy, startRefusableCaddy } from "../helpers/caddy.js";
 import {
@@ -9,6 +8,7 @@ import {
   startUpstream,
   verifyStandardWebhook,
 } from "../helpers/http.js";
+import { loseFirstWriteAnswer } from "./support.js";
 
 // The route_change event: once a change settled, its outcome goes to the change's callback_url, after its
 // route_backup, durably and signed. Real Caddy, real loopback receivers.
@@ -183,22 +183,13 @@ test("a change rolled back is reported as rolled_back, with the route put back",
     payload: route("rb.test", old.port, rx.url),
   });
   assert.equal(created.statusCode, 201);
-  // The connection breaking after Caddy applied the write cannot be caused on demand: simulate that one step,
-  // and someone else's change landing right after it (else the agent finds its own change applied).
-  const admin = app.services.caddyAdmin;
-  const realWrite = admin.write.bind(admin);
-  let calls = 0;
-  t.mock.method(admin, "write", async (...args: Parameters<typeof admin.write>) => {
-    calls++;
-    await realWrite(...args);
-    if (calls !== 1) return;
-    await caddy.admin.write("POST", "/config/apps/http/servers/srv0/routes", {
-      match: [{ host: ["foreign.test"] }],
-      handle: [{ handler: "static_response" }],
-    });
-    throw new CaddyUnavailableError("Caddy admin API broke off: socket hang up", {
-      cause: Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }),
-    });
+  // Someone else's change lands right after the agent's (else the agent finds its own change applied).
+  loseFirstWriteAnswer(t, app.services.caddyAdmin, {
+    afterFirst: () =>
+      caddy.admin.write("POST", "/config/apps/http/servers/srv0/routes", {
+        match: [{ host: ["foreign.test"] }],
+        handle: [{ handler: "static_response" }],
+      }),
   });
   const put = await call({
     method: "PUT",

@@ -1,4 +1,5 @@
 import type { TestContext } from "node:test";
+import { type CaddyAdmin, CaddyUnavailableError } from "../../src/caddy/admin.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startUpstream } from "../helpers/http.js";
@@ -17,3 +18,29 @@ export const route = (domain: string, port: number, extra: Record<string, unknow
   upstreams: [{ dial: `127.0.0.1:${port}` }],
   ...extra,
 });
+
+/**
+ * Makes the agent's first admin write lose its answer after Caddy applied it (a connection breaking then
+ * cannot be caused on demand): `afterFirst` runs before the break (another writer's change landing
+ * meanwhile); with `failLater`, every later write breaks too, unsent. Returns how many writes were made.
+ */
+export function loseFirstWriteAnswer(
+  t: TestContext,
+  admin: CaddyAdmin,
+  opts: { afterFirst?: () => Promise<unknown>; failLater?: boolean } = {},
+): () => number {
+  const realWrite = admin.write.bind(admin);
+  let calls = 0;
+  t.mock.method(admin, "write", async (...args: Parameters<CaddyAdmin["write"]>) => {
+    calls++;
+    if (calls > 1 && !opts.failLater) return realWrite(...args);
+    if (calls === 1) {
+      await realWrite(...args);
+      await opts.afterFirst?.();
+    }
+    throw new CaddyUnavailableError("Caddy admin API broke off: socket hang up", {
+      cause: Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }),
+    });
+  });
+  return () => calls;
+}
