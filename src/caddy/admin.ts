@@ -14,6 +14,11 @@ import type {
 import { http } from "../util/node-builtins.js";
 import { neverSent, retriedAcrossReload } from "./retry.js";
 
+/** A request body already encoded as JSON text (sent as it is, not through JSON.stringify). */
+export class JsonText {
+  constructor(readonly text: string) {}
+}
+
 /** Caddy's admin endpoint could not be reached or did not answer in time. */
 export class CaddyUnavailableError extends Error {
   /** Why no answer came: no connection, no answer in time, or an answer broken off. */
@@ -238,7 +243,7 @@ export class CaddyAdmin {
     ifMatch?: string,
   ): Promise<void> {
     const opts = {
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      ...(body === undefined ? {} : { body: body instanceof JsonText ? body.text : JSON.stringify(body) }),
       ...(ifMatch ? { ifMatch } : {}),
     };
     const res = await retriedAcrossReload(

@@ -1,4 +1,5 @@
 import { deflateRawSync, inflateRawSync } from "node:zlib";
+import { goJson } from "../caddy/etag.js";
 import { collectWhenIdle } from "../util/idle-gc.js";
 import type { RoutesState } from "./caddy-routes.js";
 import { indexRoutes, type RouteJson } from "./plan.js";
@@ -23,7 +24,7 @@ const KEPT_PLAIN = 64 * 1024;
 export class RoutesCache {
   private held:
     | RoutesState
-    | { written: RouteJson[] }
+    | { written: RouteJson[]; text: string | undefined }
     | { text: string; etag: string }
     | { deflated: Buffer; etag: string }
     | undefined;
@@ -32,8 +33,8 @@ export class RoutesCache {
     private readonly keptMs: number,
     /** Called with the routes each time they are parsed or written (their index says where each id is). */
     private readonly parsed: (state: RoutesState) => void,
-    /** The ETag Caddy gives the routes once it holds `routes`, and the text it hashes (see caddy/etag.ts). */
-    private readonly etagOf: (routes: RouteJson[]) => { etag: string; text: string },
+    /** The ETag Caddy gives the routes whose text (as its GET writes them: caddy/etag.ts) is `text`. */
+    private readonly etagOfText: (text: string) => string,
   ) {}
 
   drop(): void {
@@ -44,9 +45,12 @@ export class RoutesCache {
     this.held = state;
   }
 
-  /** Holds the routes Caddy verifiably holds after a write; their ETag is computed when they are next needed. */
-  holdWritten(routes: RouteJson[]): void {
-    this.held = { written: routes };
+  /**
+   * Holds the routes Caddy verifiably holds after a write (and their text, when the write sent it); their
+   * ETag is computed when they are next needed.
+   */
+  holdWritten(routes: RouteJson[], text?: string): void {
+    this.held = { written: routes, text };
   }
 
   /**
@@ -69,7 +73,8 @@ export class RoutesCache {
     const c = this.held;
     if (c === undefined || "routes" in c) return c;
     if ("written" in c) {
-      const { etag, text } = this.etagOf(c.written);
+      const text = c.text ?? goJson(c.written);
+      const etag = this.etagOfText(text);
       const state: RoutesState = { ...stateOf(c.written, etag), etagComputed: true };
       this.held = state;
       this.parsed(state);

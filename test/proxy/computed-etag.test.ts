@@ -37,16 +37,25 @@ async function setup(t: TestContext, logger?: pino.Logger) {
   const counts = async () => ({
     reads: await metric({ method: "GET", path: "/config/" }),
     stale: await metric({ code: "412" }),
+    patches: await metric({ method: "PATCH", path: "/config/" }),
   });
   return { caddy, svc, counts, admin: h.app.services.caddyAdmin };
 }
 
-/** Singles and bursts of every kind of change. */
+/**
+ * Singles and bursts of every kind of change: the first change of a burst goes alone (no gather window
+ * here), the others wait for it and go together, as an append of new routes or as all routes.
+ */
 async function changes(svc: Awaited<ReturnType<typeof setup>>["svc"], tag: string): Promise<void> {
   await svc.create(route(`one.${tag}.test`));
   await svc.replace(`one.${tag}.test`, route(`one.${tag}.test`, 10));
   await Promise.all([0, 1, 2, 3].map((i) => svc.create(route(`b${i}.${tag}.test`))));
-  await Promise.all([svc.delete(`b0.${tag}.test`, null), svc.create(route(`c.${tag}.test`))]);
+  await Promise.all([
+    svc.create(route(`c.${tag}.test`)),
+    svc.delete(`b0.${tag}.test`, null),
+    svc.replace(`b1.${tag}.test`, route(`b1.${tag}.test`, 11)),
+    svc.create(route(`d.${tag}.test`)),
+  ]);
   await svc.delete(`one.${tag}.test`, null);
 }
 
@@ -59,6 +68,7 @@ test("after its first read the agent writes singles and bursts without reading t
   // Each count reads /metrics once; nothing else read Caddy's config.
   assert.equal(after.reads - before.reads, 0);
   assert.equal(after.stale, 0);
+  assert.ok(after.patches - before.patches >= 2, "a batch wrote all routes");
   const ids = (JSON.parse((await caddy.admin.read(ROUTES)).text) as { "@id"?: string }[]).map(
     (r) => r["@id"],
   );
@@ -70,6 +80,7 @@ test("after its first read the agent writes singles and bursts without reading t
     "b2.x.test",
     "b3.x.test",
     "c.x.test",
+    "d.x.test",
   ]);
 });
 
