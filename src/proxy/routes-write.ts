@@ -35,20 +35,19 @@ export async function writePlan(
   state: RoutesState,
   p: Plan,
 ): Promise<WriteOutcome> {
-  // A write of all routes sends Go's text of them (Caddy decodes it to the same value): the agent needs that
-  // text for their new ETag, and so makes one 6 MB string at 20,000 routes instead of two.
-  const text = sendsAll(state, p) ? goJson(p.routes) : undefined;
+  const req = requestFor(target, state, p);
+  const text = req.body instanceof JsonText ? req.body.text : undefined;
+  const written: WriteOutcome = text === undefined ? { kind: "written" } : { kind: "written", text };
   try {
-    await send(admin, target, state, p, text);
-    return text === undefined ? { kind: "written" } : { kind: "written", text };
+    await admin.write(req.method, req.path, req.body, state.etag);
+    return written;
   } catch (err) {
     if (err instanceof CaddyApiError)
       return err.status === 412 ? { kind: "stale" } : { kind: "refused", message: err.message };
     const message = (err as Error).message;
     const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
     if (NOT_SENT.has(code ?? "")) return { kind: "not_sent", message };
-    if (!(await landed(admin, target, text ?? goJson(p.routes)))) return { kind: "uncertain", message };
-    return text === undefined ? { kind: "written" } : { kind: "written", text };
+    return (await landed(admin, target, text ?? goJson(p.routes))) ? written : { kind: "uncertain", message };
   }
 }
 
@@ -58,41 +57,35 @@ async function landed(admin: CaddyAdmin, target: RoutesTarget, text: string): Pr
   return now?.status === 200 && now.etag === caddyEtagOfText(target.routesPath, text);
 }
 
-/** Whether `send` writes all of the plan's routes over the existing ones (a batch that is not an append). */
-function sendsAll(state: RoutesState, p: Plan): boolean {
-  return (
-    state.serverExists && state.routesPresent && p.applied.length !== 1 && !appendedTo(state.routes, p.routes)
-  );
+interface WriteRequest {
+  method: "POST" | "PUT" | "PATCH" | "DELETE";
+  path: string;
+  body?: unknown;
 }
 
-/** One request: a targeted write for a single change, the whole routes array for a batch. */
-function send(
-  admin: CaddyAdmin,
-  target: RoutesTarget,
-  state: RoutesState,
-  p: Plan,
-  text: string | undefined,
-): Promise<void> {
-  const ifMatch = state.etag;
+/** The one request that writes plan `p`: a targeted write for a single change, the whole routes array for a batch. */
+function requestFor(target: RoutesTarget, state: RoutesState, p: Plan): WriteRequest {
   const path = target.routesPath;
   if (!state.serverExists) {
     const { path: at, value } = managedServerCreation(state.config, target, p.routes);
-    return admin.write("POST", at, value, ifMatch);
+    return { method: "POST", path: at, body: value };
   }
-  if (!state.routesPresent) return admin.write("PUT", path, p.routes, ifMatch);
+  if (!state.routesPresent) return { method: "PUT", path, body: p.routes };
   const only = p.applied.length === 1 ? p.applied[0] : undefined;
   if (!only) {
     // A batch that only adds routes at the end (creates of new hosts) sends just those: Caddy then parses
     // a few routes instead of all of them (half a second less at 20,000 routes).
     const added = appendedTo(state.routes, p.routes);
-    if (added) return admin.write("POST", `${path}/...`, added, ifMatch);
-    return admin.write("PATCH", path, text === undefined ? p.routes : new JsonText(text), ifMatch);
+    if (added) return { method: "POST", path: `${path}/...`, body: added };
+    // Any other batch sends Go's text of all routes (Caddy decodes it to the same value): the agent needs
+    // that text for their new ETag, and so makes one 6 MB string at 20,000 routes instead of two.
+    return { method: "PATCH", path, body: new JsonText(goJson(p.routes)) };
   }
   const { op, at, wasPresent } = only;
-  if (op.kind === "delete") return admin.write("DELETE", `${path}/${at}`, undefined, ifMatch);
-  if (wasPresent) return admin.write("PATCH", `${path}/${at}`, op.route, ifMatch);
-  if (at === state.routes.length) return admin.write("POST", path, op.route, ifMatch);
-  return admin.write("PUT", `${path}/${at}`, op.route, ifMatch);
+  if (op.kind === "delete") return { method: "DELETE", path: `${path}/${at}` };
+  if (wasPresent) return { method: "PATCH", path: `${path}/${at}`, body: op.route };
+  if (at === state.routes.length) return { method: "POST", path, body: op.route };
+  return { method: "PUT", path: `${path}/${at}`, body: op.route };
 }
 
 /**
