@@ -49,7 +49,7 @@ function elementText(v: unknown): string {
 function textOf(v: unknown): string {
   if (inGoOrder(v)) {
     const t = JSON.stringify(v) ?? "null";
-    if (!LONE_SURROGATE.test(t)) return HTML_UNSAFE.test(t) ? t.replace(HTML_UNSAFE_ALL, escapeHtml) : t;
+    if (!LONE_SURROGATE.test(t)) return htmlEscaped(t);
   }
   return encode(v);
 }
@@ -89,7 +89,6 @@ function goOrdered(a: string, b: string): boolean {
 
 const HTML_UNSAFE = /[<>&\u2028\u2029]/;
 const HTML_UNSAFE_ALL = /[<>&\u2028\u2029]/g;
-const escapeHtml = (c: string): string => HTML_ESCAPES[c] ?? c;
 const HTML_ESCAPES: Record<string, string> = {
   "<": "\\u003c",
   ">": "\\u003e",
@@ -97,6 +96,11 @@ const HTML_ESCAPES: Record<string, string> = {
   "\u2028": "\\u2028",
   "\u2029": "\\u2029",
 };
+
+/** JSON text with the characters Go escapes besides JSON.stringify's escaped as Go does. */
+function htmlEscaped(json: string): string {
+  return HTML_UNSAFE.test(json) ? json.replace(HTML_UNSAFE_ALL, (c) => HTML_ESCAPES[c] ?? c) : json;
+}
 
 function encode(v: unknown): string {
   if (typeof v === "string") return encodeString(v);
@@ -128,14 +132,13 @@ function encode(v: unknown): string {
  * has turned into U+FFFD.
  */
 function encodeString(s: string): string {
-  const text = JSON.stringify(s.isWellFormed() ? s : s.toWellFormed());
-  return HTML_UNSAFE.test(text) ? text.replace(HTML_UNSAFE_ALL, escapeHtml) : text;
+  return htmlEscaped(JSON.stringify(s.isWellFormed() ? s : s.toWellFormed()));
 }
 
-/** Keys in Go's order: by UTF-8 bytes, which is UTF-16 order unless a key holds a surrogate pair. */
+/** Keys in Go's order: by UTF-8 bytes, which is UTF-16 order unless `goOrdered` cannot tell. */
 function sortedKeys(o: Record<string, unknown>): string[] {
   const keys = Object.keys(o).sort();
-  if (!keys.some((k) => /[\ud800-\uffff]/.test(k))) return keys;
+  if (keys.every((k, i) => i === 0 || goOrdered(keys[i - 1] as string, k))) return keys;
   return keys
     .map((k) => ({ k, b: Buffer.from(k.toWellFormed(), "utf8") }))
     .sort((a, b) => Buffer.compare(a.b, b.b))
