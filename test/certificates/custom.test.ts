@@ -13,10 +13,9 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Writable } from "node:stream";
 import { describe, test } from "node:test";
-import pino from "pino";
 import { buildTestApp } from "../helpers/app.js";
+import { capturedLogger } from "../helpers/logs.js";
 import { waitFor } from "../helpers/wait.js";
 import { DAY, type Entry, peerCertificate, testCa, tlsSetup } from "./support.js";
 
@@ -167,14 +166,8 @@ describe("custom certificates", () => {
   });
 
   test("the key is never in the agent's log, events, audit trail or Caddy's config", async (t) => {
-    let logged = "";
-    const sink = new Writable({
-      write(chunk, _enc, done) {
-        logged += String(chunk);
-        done();
-      },
-    });
-    const s = await tlsSetup(t, [], { logger: pino({ level: "trace" }, sink) });
+    const { log, lines } = capturedLogger("trace");
+    const s = await tlsSetup(t, [], { logger: log });
     await s.addRoute("k.test");
     const ca = testCa(t);
     const cert = ca.issue(["k.test"], new Date(Date.now() - DAY), new Date(Date.now() + 10 * DAY));
@@ -190,7 +183,7 @@ describe("custom certificates", () => {
       .filter((l) => l.length >= 40);
     assert.ok(keyLines.length >= 2);
     const places: Record<string, string> = {
-      log: logged,
+      log: lines.join("\n"),
       events: (await s.call({ method: "GET", url: "/v1/events" })).body,
       audit: (await s.call({ method: "GET", url: "/v1/audit" })).body,
       caddyConfig: (await s.caddy.admin.read("/config/")).text,

@@ -1,13 +1,13 @@
 import assert from "node:assert/strict";
 import { chmodSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { Writable } from "node:stream";
 import { describe, test } from "node:test";
-import pino from "pino";
+import type pino from "pino";
 import { AccessControl } from "../../src/http/auth.js";
 import { FailureLimiter } from "../../src/http/rate-limit.js";
 import { TokenRegistry } from "../../src/http/tokens.js";
 import { buildTestApp, TEST_TOKEN, type TestApp } from "../helpers/app.js";
+import { capturedLogger } from "../helpers/logs.js";
 import { waitFor } from "../helpers/wait.js";
 import { type NamedToken, secretOf, sha256Hex, writeTokensFile } from "./support.js";
 
@@ -43,18 +43,6 @@ const statusWith = async (a: TestApp, secret: string, url = "/v1/openapi.json", 
       ...(remoteAddress ? { remoteAddress } : {}),
     })
   ).statusCode;
-
-/** A logger whose lines the test reads. */
-function capturedLogger() {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      lines.push(...chunk.toString().split("\n").filter(Boolean));
-      done();
-    },
-  });
-  return { log: pino({ level: "debug" }, stream), lines };
-}
 
 /** The registry alone: the test's token as the agent's own, and `file` as the tokens file. */
 const registryOf = (file: string | undefined, log: pino.Logger) =>
@@ -99,7 +87,7 @@ describe("the tokens file", () => {
   test("a broken file keeps the tokens loaded before, and says so in the log once", async (t) => {
     const ci = token("ci", "proxy:read");
     const file = writeTokensFile(t, [ci]);
-    const { log, lines } = capturedLogger();
+    const { log, lines } = capturedLogger("debug");
     const registry = registryOf(file, log);
     t.after(() => registry.close());
     const broken = [
@@ -341,7 +329,7 @@ describe("failed authentications are rate-limited per source address", () => {
   });
 
   test("failures are logged with the address and reason, never the presented secret", () => {
-    const { log, lines } = capturedLogger();
+    const { log, lines } = capturedLogger("debug");
     const registry = registryOf(undefined, log);
     const access = new AccessControl(
       registry,

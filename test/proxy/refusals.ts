@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { Writable } from "node:stream";
-import pino from "pino";
 import { buildTestApp, type TestApp } from "../helpers/app.js";
 import { startCaddy, type TestCaddy } from "../helpers/caddy.js";
+import { capturedLogger } from "../helpers/logs.js";
 
 /*
  * The refusal tests of the site policies (policy-inputs-*.test.ts): one agent on one real Caddy per file,
@@ -57,14 +56,7 @@ export function sharedAgent(after: After): () => Promise<Agent> {
   return () => {
     agent ??= (async () => {
       const caddy = await startCaddy(t);
-      const logLines: string[] = [];
-      const sink = new Writable({
-        write(chunk: Buffer, _enc, done) {
-          logLines.push(...chunk.toString().split("\n").filter(Boolean));
-          done();
-        },
-      });
-      const logger = pino({ level: "trace" }, sink);
+      const { log: logger, lines: logLines } = capturedLogger("trace");
       const app = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl }, { logger });
       for (const payload of [SITE_REQUEST, { domain: WILD, upstreams: UPSTREAMS }]) {
         const res = await app.call({ method: "POST", url: "/v1/proxy/routes", payload });
