@@ -28,6 +28,13 @@ export class RoutesCache {
     | { text: string; etag: string }
     | { deflated: Buffer; etag: string }
     | undefined;
+  /**
+   * Caddy's text of the parsed routes held, for when they are put away. One timer for whatever is held
+   * then: a timer per parse would keep each parse's routes and text alive for `keptMs` after the next
+   * replaced it (in the soak, a dozen batches' 7 MB texts at once).
+   */
+  private parsedText: { state: RoutesState; text: string } | undefined;
+  private putAway: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly keptMs: number,
@@ -38,11 +45,11 @@ export class RoutesCache {
   ) {}
 
   drop(): void {
-    this.held = undefined;
+    this.hold(undefined);
   }
 
   set(state: RoutesState): void {
-    this.held = state;
+    this.hold(state);
   }
 
   /**
@@ -50,7 +57,7 @@ export class RoutesCache {
    * ETag is computed when they are next needed.
    */
   holdWritten(routes: RouteJson[], text?: string): void {
-    this.held = { written: routes, text };
+    this.hold({ written: routes, text });
   }
 
   /**
@@ -60,7 +67,7 @@ export class RoutesCache {
    */
   holdText(text: string, etag: string): void {
     const plain = { text, etag };
-    this.held = plain;
+    this.hold(plain);
     setImmediate(() => {
       if (this.held !== plain) return;
       const parsed = this.state();
@@ -76,33 +83,50 @@ export class RoutesCache {
       const text = c.text ?? goJson(c.written);
       const etag = this.etagOfText(text);
       const state: RoutesState = { ...stateOf(c.written, etag), etagComputed: true };
-      this.held = state;
+      this.hold(state);
       this.parsed(state);
       this.keepParsed(state, text);
       return state;
     }
     try {
       const text = "text" in c ? c.text : inflateRawSync(c.deflated).toString("utf8");
-      this.held = routesStateOf(text, c.etag);
-      this.parsed(this.held);
+      const state = routesStateOf(text, c.etag);
+      this.hold(state);
+      this.parsed(state);
+      return state;
     } catch {
       // Text that is not a routes array (parsed on an idle tick, where a throw would stop the agent): no
       // cache, so the next change reads Caddy afresh and meets any real problem there.
-      this.held = undefined;
+      this.hold(undefined);
+      return undefined;
     }
-    return this.held;
+  }
+
+  /** Holds `value`, letting go of the text of parsed routes it replaces. */
+  private hold(value: RoutesCache["held"]): void {
+    this.held = value;
+    if (this.parsedText !== undefined && this.parsedText.state !== value) this.parsedText = undefined;
   }
 
   /** Keeps `state` parsed for `keptMs`, then, unless replaced meanwhile, only its `text`, compressed. */
   private keepParsed(state: RoutesState, text: string): void {
-    setTimeout(() => {
-      if (this.held !== state) return;
-      this.held =
-        text.length <= KEPT_PLAIN
-          ? { text, etag: state.etag }
-          : { deflated: deflateRawSync(text, { level: 1 }), etag: state.etag };
-      collectWhenIdle();
-    }, this.keptMs).unref();
+    this.parsedText = { state, text };
+    if (this.putAway) this.putAway.refresh();
+    else this.putAway = setTimeout(() => this.putAwayParsed(), this.keptMs).unref();
+  }
+
+  private putAwayParsed(): void {
+    this.putAway = undefined;
+    const kept = this.parsedText;
+    this.parsedText = undefined;
+    if (kept === undefined || this.held !== kept.state) return;
+    const { text, state } = kept;
+    this.hold(
+      text.length <= KEPT_PLAIN
+        ? { text, etag: state.etag }
+        : { deflated: deflateRawSync(text, { level: 1 }), etag: state.etag },
+    );
+    collectWhenIdle();
   }
 }
 
