@@ -1,18 +1,25 @@
-import { xxh64Hex } from "./xxh64.js";
+import { Utf8Xxh64 } from "./xxh64.js";
 
 /**
  * The ETag Caddy's admin API gives the value at `path` when that value is `value` (admin.go `makeEtag`):
  * `"<path> <hex of XXH64>"` over the text Caddy's GET of that path writes (see `goJson`). The agent writes
  * the routes, so it knows what they hold after a write and need not read 5 MB back to learn their ETag. A
  * wrong one costs no more than a read: Caddy answers the next write's If-Match with 412 and nothing changes.
+ * An array's (the routes') is hashed from its elements' texts, kept with them, never joined into one text.
  */
 export function caddyEtag(path: string, value: unknown): string {
-  return caddyEtagOfText(path, goJson(value));
+  if (!Array.isArray(value)) return caddyEtagOfText(path, goJson(value));
+  const hash = new Utf8Xxh64().add("[");
+  for (let i = 0; i < value.length; i++) {
+    if (i > 0) hash.add(",");
+    hash.add(elementText(value[i]));
+  }
+  return `"${path} ${hash.add("]\n").digestHex()}"`;
 }
 
-/** The same, from `goJson`'s text of the value (kept by a caller that needs it besides). */
+/** The same, from `goJson`'s text of the value (Caddy's own text, read or kept). */
 export function caddyEtagOfText(path: string, text: string): string {
-  return `"${path} ${xxh64Hex(Buffer.from(text, "utf8"))}"`;
+  return `"${path} ${new Utf8Xxh64().add(text).digestHex()}"`;
 }
 
 /**

@@ -2,7 +2,7 @@ import type { Readable } from "node:stream";
 import type { Logger } from "pino";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
 import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
-import { caddyEtag, caddyEtagOfText } from "../caddy/etag.js";
+import { caddyEtag } from "../caddy/etag.js";
 import { lastLoad, PerLoad } from "../caddy/last-load.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { collectWhenIdle } from "../util/idle-gc.js";
@@ -90,7 +90,7 @@ export class CaddyRoutes {
       (state) => {
         this.positions = state.index.first;
       },
-      (text) => caddyEtagOfText(this.routesPath, text),
+      (routes) => caddyEtag(this.routesPath, routes),
     );
     this.counted = new PerLoad(admin);
   }
@@ -239,9 +239,9 @@ export class CaddyRoutes {
    * is computed from them (caddy/etag.ts) when they are next needed, and the next write's If-Match catches
    * any difference.
    */
-  written(p: Plan, text?: string): void {
+  written(p: Plan): void {
     this.generation++;
-    if (this.computeEtags) this.cache.holdWritten(p.routes, text);
+    if (this.computeEtags) this.cache.holdWritten(p.routes);
     else this.cache.drop();
     const only = p.applied.length === 1 ? p.applied[0] : undefined;
     if (only) {

@@ -24,24 +24,24 @@ const KEPT_PLAIN = 64 * 1024;
 export class RoutesCache {
   private held:
     | RoutesState
-    | { written: RouteJson[]; text: string | undefined }
+    | { written: RouteJson[] }
     | { text: string; etag: string }
     | { deflated: Buffer; etag: string }
     | undefined;
   /**
-   * Caddy's text of the parsed routes held, for when they are put away. One timer for whatever is held
-   * then: a timer per parse would keep each parse's routes and text alive for `keptMs` after the next
-   * replaced it (in the soak, a dozen batches' 7 MB texts at once).
+   * The parsed routes held, to be put away (with Caddy's text of them, when they were read as text). One
+   * timer for whatever is held then: a timer per parse would keep each parse's routes and text alive for
+   * `keptMs` after the next replaced it (in the soak, a dozen batches' 7 MB texts at once).
    */
-  private parsedText: { state: RoutesState; text: string } | undefined;
+  private parsedText: { state: RoutesState; text: string | undefined } | undefined;
   private putAway: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly keptMs: number,
     /** Called with the routes each time they are parsed or written (their index says where each id is). */
     private readonly parsed: (state: RoutesState) => void,
-    /** The ETag Caddy gives the routes whose text (as its GET writes them: caddy/etag.ts) is `text`. */
-    private readonly etagOfText: (text: string) => string,
+    /** The ETag Caddy gives these routes (caddy/etag.ts). */
+    private readonly etagOf: (routes: RouteJson[]) => string,
   ) {}
 
   drop(): void {
@@ -52,12 +52,9 @@ export class RoutesCache {
     this.hold(state);
   }
 
-  /**
-   * Holds the routes Caddy verifiably holds after a write (and their text, when the write sent it); their
-   * ETag is computed when they are next needed.
-   */
-  holdWritten(routes: RouteJson[], text?: string): void {
-    this.hold({ written: routes, text });
+  /** Holds the routes Caddy verifiably holds after a write; their ETag is computed when they are next needed. */
+  holdWritten(routes: RouteJson[]): void {
+    this.hold({ written: routes });
   }
 
   /**
@@ -80,12 +77,10 @@ export class RoutesCache {
     const c = this.held;
     if (c === undefined || "routes" in c) return c;
     if ("written" in c) {
-      const text = c.text ?? goJson(c.written);
-      const etag = this.etagOfText(text);
-      const state: RoutesState = { ...stateOf(c.written, etag), etagComputed: true };
+      const state: RoutesState = { ...stateOf(c.written, this.etagOf(c.written)), etagComputed: true };
       this.hold(state);
       this.parsed(state);
-      this.keepParsed(state, text);
+      this.keepParsed(state, undefined);
       return state;
     }
     try {
@@ -108,8 +103,11 @@ export class RoutesCache {
     if (this.parsedText !== undefined && this.parsedText.state !== value) this.parsedText = undefined;
   }
 
-  /** Keeps `state` parsed for `keptMs`, then, unless replaced meanwhile, only its `text`, compressed. */
-  private keepParsed(state: RoutesState, text: string): void {
+  /**
+   * Keeps `state` parsed for `keptMs`, then, unless replaced meanwhile, only its text (`text`, else made from
+   * the routes), compressed.
+   */
+  private keepParsed(state: RoutesState, text: string | undefined): void {
     this.parsedText = { state, text };
     if (this.putAway) this.putAway.refresh();
     else this.putAway = setTimeout(() => this.putAwayParsed(), this.keptMs).unref();
@@ -120,7 +118,8 @@ export class RoutesCache {
     const kept = this.parsedText;
     this.parsedText = undefined;
     if (kept === undefined || this.held !== kept.state) return;
-    const { text, state } = kept;
+    const state = kept.state;
+    const text = kept.text ?? goJson(state.routes);
     this.hold(
       text.length <= KEPT_PLAIN
         ? { text, etag: state.etag }

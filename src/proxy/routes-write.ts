@@ -1,12 +1,11 @@
 import { type CaddyAdmin, CaddyApiError, JsonText } from "../caddy/admin.js";
-import { caddyEtagOfText, goJson } from "../caddy/etag.js";
+import { caddyEtag, goJson } from "../caddy/etag.js";
 import type { CaddyRoutesOptions, RoutesState } from "./caddy-routes.js";
 import type { Plan, RouteJson } from "./plan.js";
 import { managedServerCreation } from "./server-creation.js";
 
 export type WriteOutcome =
-  /** `text`: the routes as Caddy's GET now writes them, when the write sent all of them that way. */
-  | { kind: "written"; text?: string }
+  | { kind: "written" }
   /** If-Match failed: the routes changed since they were read, and nothing was written. */
   | { kind: "stale" }
   /** Caddy refused the new config and kept the old one. */
@@ -36,25 +35,23 @@ export async function writePlan(
   p: Plan,
 ): Promise<WriteOutcome> {
   const req = requestFor(target, state, p);
-  const text = req.body instanceof JsonText ? req.body.text : undefined;
-  const written: WriteOutcome = text === undefined ? { kind: "written" } : { kind: "written", text };
   try {
     await admin.write(req.method, req.path, req.body, state.etag);
-    return written;
+    return { kind: "written" };
   } catch (err) {
     if (err instanceof CaddyApiError)
       return err.status === 412 ? { kind: "stale" } : { kind: "refused", message: err.message };
     const message = (err as Error).message;
     const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
     if (NOT_SENT.has(code ?? "")) return { kind: "not_sent", message };
-    return (await landed(admin, target, text ?? goJson(p.routes))) ? written : { kind: "uncertain", message };
+    return (await landed(admin, target, p.routes)) ? { kind: "written" } : { kind: "uncertain", message };
   }
 }
 
-/** Whether Caddy's routes are now those whose text is `text`, as far as a read can tell. */
-async function landed(admin: CaddyAdmin, target: RoutesTarget, text: string): Promise<boolean> {
+/** Whether Caddy's routes are now `routes`, as far as a read can tell. */
+async function landed(admin: CaddyAdmin, target: RoutesTarget, routes: RouteJson[]): Promise<boolean> {
   const now = await admin.read(target.routesPath).catch(() => undefined);
-  return now?.status === 200 && now.etag === caddyEtagOfText(target.routesPath, text);
+  return now?.status === 200 && now.etag === caddyEtag(target.routesPath, routes);
 }
 
 interface WriteRequest {
@@ -77,8 +74,8 @@ function requestFor(target: RoutesTarget, state: RoutesState, p: Plan): WriteReq
     // a few routes instead of all of them (half a second less at 20,000 routes).
     const added = appendedTo(state.routes, p.routes);
     if (added) return { method: "POST", path: `${path}/...`, body: added };
-    // Any other batch sends Go's text of all routes (Caddy decodes it to the same value): the agent needs
-    // that text for their new ETag, and so makes one 6 MB string at 20,000 routes instead of two.
+    // Any other batch sends all routes, as Go's text of them (Caddy decodes it to the same value) made
+    // of each route's text kept for their ETag (caddy/etag.ts): only the routes the batch brought are encoded.
     return { method: "PATCH", path, body: new JsonText(goJson(p.routes)) };
   }
   const { op, at, wasPresent } = only;

@@ -152,7 +152,7 @@ export class WriteSteps<C extends WriterChange> {
         return [];
       case "written":
         // Verified by Caddy's answer (see CaddyRoutes.written).
-        this.caddy.written(p, written.text);
+        this.caddy.written(p);
         this.wrote = true;
         settle(live, p);
         return [];

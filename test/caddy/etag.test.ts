@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { caddyEtag, goJson } from "../../src/caddy/etag.js";
-import { xxh64Hex } from "../../src/caddy/xxh64.js";
+import { Utf8Xxh64, Xxh64, xxh64Hex } from "../../src/caddy/xxh64.js";
 import { startCaddy } from "../helpers/caddy.js";
 
 // The agent computes the ETag Caddy gives the routes it wrote (caddy/etag.ts) instead of reading them back.
@@ -89,4 +89,26 @@ test("XXH64 on 32-bit halves gives the reference implementation's hashes, across
   for (const [n, hash] of Object.entries(expected))
     assert.equal(xxh64Hex(text.subarray(0, Number(n))), hash, `${n} bytes`);
   assert.equal(xxh64Hex(Buffer.from("abc")), "44bc2cf5ad770999");
+});
+
+test("XXH64 of bytes or text given in pieces is the hash of them whole", () => {
+  const bytes = Buffer.from("Nobody inspects the spammish repetition; ü ☃ 😀 ".repeat(5000));
+  const whole = xxh64Hex(bytes);
+  // Pieces of every size around a stripe (32 bytes), with empty ones among them.
+  for (const size of [0, 1, 7, 31, 32, 33, 100, 65_537]) {
+    const hash = new Xxh64();
+    for (let i = 0; i < bytes.length; i += Math.max(size, 1)) {
+      hash.update(bytes, i, Math.min(i + size, bytes.length));
+      if (size === 0) hash.update(bytes, i, i + 1);
+    }
+    assert.equal(hash.digestHex(), whole, `pieces of ${size} bytes`);
+  }
+  assert.equal(new Xxh64().digestHex(), xxh64Hex(new Uint8Array(0)));
+  // Text: characters of 2, 3 and 4 bytes across the encoding buffer's 64 KiB edges, in one piece or many.
+  const text = bytes.toString("utf8");
+  assert.equal(new Utf8Xxh64().add(text).digestHex(), whole);
+  const pieces = new Utf8Xxh64();
+  for (const [i, word] of text.split(" ").entries()) pieces.add(i === 0 ? word : ` ${word}`);
+  assert.equal(pieces.digestHex(), whole);
+  assert.equal(new Utf8Xxh64().digestHex(), xxh64Hex(new Uint8Array(0)));
 });

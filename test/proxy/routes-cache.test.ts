@@ -19,7 +19,7 @@ test("routes the cache held parsed are let go once replaced, not kept until thei
   const cache = new RoutesCache(
     60_000,
     () => {},
-    (text) => `"etag ${text.length}"`,
+    (routes) => `"etag ${routes.length}"`,
   );
   // Each write's routes are parsed (their ETag computed) for the next change, then replaced by the next
   // write. (In a function of its own: a suspended async function's frame may still hold a loop's last value.)
@@ -49,7 +49,7 @@ test("parsed routes left unused are put away as their text, and parsed again fro
   const cache = new RoutesCache(
     20,
     (s) => parsed.push(s.routes.length),
-    (text) => `"etag ${text.length}"`,
+    (routes) => `"etag ${routes.length}"`,
   );
   const written = routes("a");
   cache.holdWritten(written);
