@@ -218,8 +218,10 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     }
     if (this.queue.length === 0) {
       // The routes' ETag is computed (or read) after a change was verified and answered, so the next change
-      // starts from a known state without the answer waiting for it.
+      // starts from a known state without the answer waiting for it: after the answers are sent (at 20,000
+      // routes the computation takes tens of milliseconds, and ran before them).
       this.refreshDue = false;
+      await new Promise((resolve) => setImmediate(resolve));
       await this.caddy.refresh();
       return;
     }
