@@ -1,6 +1,14 @@
 import { PassThrough, type Readable } from "node:stream";
 import { createDeflateRaw, createInflateRaw } from "node:zlib";
 
+/**
+ * The pieces a kept list is inflated in. A list holds about two while its reader takes them, and a soak's
+ * 200 clients spend most of their time in lists: with 256 KiB pieces, 198 lists held 52 MB at once. Smaller
+ * pieces cost time, a wait for the client's socket to drain after each: a list of 20,000 routes went out in
+ * 111 ms with 64 KiB pieces, 112 ms with 256 KiB, 139-192 ms with 32 KiB and 145 ms with 16 KiB.
+ */
+const PIECE = 64 * 1024;
+
 type Kept = { load: string; text: string } | { load: string; deflated: Buffer };
 
 /**
@@ -48,9 +56,7 @@ export class RoutesSnapshot {
     const k = this.kept;
     if (k === undefined || k.load !== load) return undefined;
     if ("text" in k) return k.text;
-    // zlib's 16 KiB chunks: a list holds about two of them while its reader takes them, and a soak's 200
-    // clients spend most of their time in lists (with 256 KiB chunks, 198 lists held 52 MB at once).
-    const out = createInflateRaw();
+    const out = createInflateRaw({ chunkSize: PIECE });
     out.end(k.deflated);
     return out;
   }
