@@ -41,17 +41,6 @@ export interface ChangeContext {
   requestId: string | null;
 }
 
-/**
- * How the API shows a route Caddy holds in another form than the one the API answers with. While
- * `active()` is false (no route Caddy holds needs it), the list passes Caddy's bytes through; while it is
- * true, the list is parsed and every route goes through `show`.
- */
-export interface RouteView {
-  active(): boolean;
-  /** The route as the API shows it; the route itself when it needs no change. */
-  show(route: RouteJson): RouteJson;
-}
-
 export interface RouteServiceOptions {
   writer: RouteWriter<RecordedChange>;
   journal: ChangeJournal;
@@ -59,8 +48,6 @@ export interface RouteServiceOptions {
   /** Normalised id of the operator's route, if configured. */
   operatorRouteId: string | undefined;
   connections: ConnectionSettings;
-  /** How routes Caddy holds in another form are shown; absent: every route as Caddy holds it. */
-  display?: RouteView;
   /** Whether a route can get `access_log: true` (the agent has a folder for the files). */
   accessLogs?: boolean;
   log: Logger;
@@ -109,17 +96,9 @@ export class RouteService {
     return this.o.operatorRouteId;
   }
 
-  /**
-   * The managed server's routes, read from Caddy now. While no route needs showing differently from how
-   * Caddy holds it (see RouteView), Caddy's bytes stream through untouched, neither held whole nor parsed.
-   */
-  async list(): Promise<Readable | string> {
-    const view = this.o.display;
-    return proxied(async () => {
-      if (!view?.active()) return this.o.writer.routesStream();
-      const routes = JSON.parse(await this.o.writer.routesText()) as RouteJson[];
-      return JSON.stringify(routes.map((r) => view.show(r)));
-    });
+  /** The managed server's routes, read from Caddy now: Caddy's bytes, neither held whole nor parsed. */
+  list(): Promise<Readable | string> {
+    return proxied(() => this.o.writer.routesStream());
   }
 
   /** One route of the managed server, read from Caddy now. */
@@ -233,10 +212,8 @@ export class RouteService {
     return this.conforming;
   }
 
-  private async find(routeId: string): Promise<RouteJson | undefined> {
-    const route = await proxied(() => this.o.writer.route(routeId));
-    const view = this.o.display;
-    return route && view?.active() ? view.show(route) : route;
+  private find(routeId: string): Promise<RouteJson | undefined> {
+    return proxied(() => this.o.writer.route(routeId));
   }
 
   /** The route a write request makes; `access_log` only where the agent has a folder for the files. */

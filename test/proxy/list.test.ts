@@ -1,20 +1,6 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import type { Readable } from "node:stream";
 import { test } from "node:test";
-import pino from "pino";
-import { DenyList } from "../../src/events/egress.js";
-import { Outbox } from "../../src/events/outbox.js";
-import { outboxMigrations } from "../../src/events/store.js";
-import { ChangeJournal, type RecordedChange } from "../../src/proxy/journal.js";
 import type { RouteJson } from "../../src/proxy/plan.js";
-import { readAll } from "../../src/proxy/routes-stream.js";
-import { RouteService, type RouteView } from "../../src/proxy/service.js";
-import { proxyMigrations, RouteChangeStore } from "../../src/proxy/store.js";
-import { RouteWriter } from "../../src/proxy/writer.js";
-import { openDatabase } from "../../src/store/db.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { route, setup } from "./support.js";
@@ -116,66 +102,6 @@ test("one route moved behind the agent's back is still found, and one removed is
       .statusCode,
     404,
   );
-});
-
-test("while a route needs showing differently, the list is parsed and every route shown through the view", async (t) => {
-  const caddy = await startCaddy(t);
-  const dir = mkdtempSync(join(tmpdir(), "hk-list-"));
-  const db = openDatabase(dir, [...outboxMigrations, ...proxyMigrations]);
-  t.after(() => {
-    db.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  const log = pino({ level: "silent" });
-  const deny = new DenyList([]);
-  const outbox = new Outbox(db, {
-    secret: "s".repeat(32),
-    deny,
-    timeoutMs: 1000,
-    retryScheduleSeconds: [],
-    log,
-  });
-  const store = new RouteChangeStore(db);
-  const journal = new ChangeJournal({ store, outbox, firstAttemptTimeoutMs: 1000 });
-  const writer = new RouteWriter<RecordedChange>(caddy.admin, {
-    server: "srv0",
-    listen: ["127.0.0.1:0"],
-    log,
-    journal,
-  });
-  let active = false;
-  // A view that shows a marker upstream as the address it stands for.
-  const view: RouteView = {
-    active: () => active,
-    show: (r) =>
-      JSON.stringify(r).includes("{marker}")
-        ? (JSON.parse(JSON.stringify(r).replaceAll("{marker}", "127.0.0.1:7")) as RouteJson)
-        : r,
-  };
-  const service = new RouteService({
-    writer,
-    journal,
-    store,
-    operatorRouteId: undefined,
-    connections: { streamCloseDelayMs: 0, fields: [] },
-    log,
-    display: view,
-  });
-  const marked = {
-    "@id": "marked.list.test",
-    match: [{ host: ["marked.list.test"] }],
-    handle: [{ handler: "reverse_proxy", upstreams: [{ dial: "{marker}" }] }],
-  };
-  await caddy.admin.write("POST", ROUTES, marked);
-  const read = async (x: Readable | string) => (typeof x === "string" ? x : readAll(x));
-  const passed = await read(await service.list());
-  assert.equal(passed, (await caddy.admin.read(ROUTES)).text);
-  active = true;
-  const shown = JSON.parse(await read(await service.list())) as RouteJson[];
-  assert.deepEqual(shown, [
-    { ...marked, handle: [{ handler: "reverse_proxy", upstreams: [{ dial: "127.0.0.1:7" }] }] },
-  ]);
-  assert.deepEqual(await service.get("marked.list.test"), shown[0]);
 });
 
 test("concurrent reads of routes made behind the agent's back share one read of all routes and each get its own", async (t) => {
