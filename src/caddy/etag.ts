@@ -9,12 +9,11 @@ import { Utf8Xxh64 } from "./xxh64.js";
  */
 export function caddyEtag(path: string, value: unknown): string {
   if (!Array.isArray(value)) return caddyEtagOfText(path, goJson(value));
-  const hash = new Utf8Xxh64().add("[");
-  for (let i = 0; i < value.length; i++) {
-    if (i > 0) hash.add(",");
-    hash.add(elementText(value[i]));
-  }
-  return `"${path} ${hash.add("]\n").digestHex()}"`;
+  const hash = new Utf8Xxh64();
+  arrayPieces(value, (piece) => {
+    hash.add(piece);
+  });
+  return `"${path} ${hash.digestHex()}"`;
 }
 
 /** The same, from `goJson`'s text of the value (Caddy's own text, read or kept). */
@@ -31,9 +30,24 @@ export function caddyEtagOfText(path: string, text: string): string {
  */
 export function goJson(value: unknown): string {
   if (!Array.isArray(value)) return `${textOf(value)}\n`;
-  const parts = new Array<string>(value.length);
-  for (let i = 0; i < value.length; i++) parts[i] = elementText(value[i]);
-  return `[${parts.join(",")}]\n`;
+  const parts: string[] = [];
+  arrayPieces(value, (piece) => {
+    parts.push(piece);
+  });
+  return parts.join("");
+}
+
+/**
+ * `goJson`'s text of an array, piece by piece: each element's text (kept with it), "," between them, inside
+ * "[" and "]" and a newline. The ETag hashes these pieces, the request body of a batch joins them.
+ */
+function arrayPieces(value: readonly unknown[], add: (piece: string) => void): void {
+  add("[");
+  for (let i = 0; i < value.length; i++) {
+    if (i > 0) add(",");
+    add(elementText(value[i]));
+  }
+  add("]\n");
 }
 
 /**
