@@ -31,7 +31,7 @@ export class RoutesCache {
   /**
    * The parsed routes held, to be put away (with Caddy's text of them, when they were read as text). One
    * timer for whatever is held then: a timer per parse would keep each parse's routes and text alive for
-   * `keptMs` after the next replaced it (in the soak, a dozen batches' 7 MB texts at once).
+   * `keptMs` after the next replaced it (up to one 7 MB text per batch of the last `keptMs` in the soak).
    */
   private parsedText: { state: RoutesState; text: string | undefined } | undefined;
   private putAway: NodeJS.Timeout | undefined;
@@ -116,8 +116,9 @@ export class RoutesCache {
   private putAwayParsed(): void {
     this.putAway = undefined;
     const kept = this.parsedText;
+    // Set only while its routes are held (`hold` lets go of it when anything replaces them).
+    if (kept === undefined) return;
     this.parsedText = undefined;
-    if (kept === undefined || this.held !== kept.state) return;
     const state = kept.state;
     const text = kept.text ?? goJson(state.routes);
     this.hold(
