@@ -1,4 +1,5 @@
 import type { Readable } from "node:stream";
+import { setImmediate } from "node:timers/promises";
 import type { Logger } from "pino";
 import { type CaddyAdmin, CaddyApiError } from "../caddy/admin.js";
 import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
@@ -221,7 +222,7 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
       // starts from a known state without the answer waiting for it: after the answers are sent (at 20,000
       // routes the computation takes tens of milliseconds, and ran before them).
       this.refreshDue = false;
-      await new Promise((resolve) => setImmediate(resolve));
+      await setImmediate();
       await this.caddy.refresh();
       return;
     }
