@@ -85,11 +85,6 @@ function merge(h: U64, v: U64, t: U64, z: U64): void {
   h.xor(z.hi, z.lo).mul(P1_HI, P1_LO).add(P4_HI, P4_LO);
 }
 
-/** XXH64 with seed 0 of `bytes`, as 16 lowercase hex digits. */
-export function xxh64Hex(bytes: Uint8Array): string {
-  return new Xxh64().update(bytes).digestHex();
-}
-
 /** XXH64 with seed 0 of bytes given in pieces: the same hash as of all of them at once. */
 export class Xxh64 {
   private readonly v1 = new U64().set(P1_HI, P1_LO).add(P2_HI, P2_LO);

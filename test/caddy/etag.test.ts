@@ -1,8 +1,11 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { caddyEtag, goJson } from "../../src/caddy/etag.js";
-import { Utf8Xxh64, Xxh64, xxh64Hex } from "../../src/caddy/xxh64.js";
+import { Utf8Xxh64, Xxh64 } from "../../src/caddy/xxh64.js";
 import { startCaddy } from "../helpers/caddy.js";
+
+/** XXH64 of bytes given at once. */
+const xxh64Hex = (bytes: Uint8Array): string => new Xxh64().update(bytes).digestHex();
 
 // The agent computes the ETag Caddy gives the routes it wrote (caddy/etag.ts) instead of reading them back.
 // Checked here against a real Caddy with values whose text Go writes its own way: a `vars` handler takes
