@@ -231,3 +231,87 @@ test("after a slow write, a burst of changes that finds the writer idle goes to 
   assert.equal(after.length, held.length + 1);
   assert.ok(!after.some((r) => r["@id"] === "load5.test"));
 });
+
+/** Holds the writer on its next write to Caddy until `release` is called; the write then goes on. */
+function holdNextWrite(
+  t: import("node:test").TestContext,
+  admin: { write: (...a: never[]) => Promise<unknown> },
+) {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let held = false;
+  const realWrite = admin.write.bind(admin) as (...a: unknown[]) => Promise<unknown>;
+  t.mock.method(admin, "write", async (...args: unknown[]) => {
+    if (!held) {
+      held = true;
+      await gate;
+    }
+    return realWrite(...args);
+  });
+  return release;
+}
+
+/** Resolves once `seen()` holds; fails after `ms`. */
+async function until(seen: () => boolean, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!seen()) {
+    assert.ok(Date.now() < end, "never seen");
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+test("a create asks Caddy whether its id is in use as it arrives, not once its batch goes", async (t) => {
+  const { svc, app, routesOf } = await setup(t);
+  const up = await startUpstream(t, "u");
+  const admin = app.services.caddyAdmin;
+  const release = holdNextWrite(t, admin);
+  const reads: string[] = [];
+  const realRead = admin.read.bind(admin);
+  t.mock.method(admin, "read", (...args: Parameters<typeof admin.read>) => {
+    reads.push(args[0]);
+    return realRead(...args);
+  });
+  const blocker = svc.create(route("blocker.test", up.port));
+  const queued = svc.create(route("queued.test", up.port));
+  // The writer is held on the blocker's write: the queued create's question went out all the same.
+  await until(() => reads.includes("/id/queued.test"), 5000);
+  release();
+  assert.deepEqual(await outcomes([() => blocker, () => queued]), ["ok", "ok"]);
+  assert.equal(reads.filter((p) => p === "/id/queued.test").length, 1, "asked once, not again at the write");
+  assert.deepEqual(
+    (await routesOf()).map((r) => (r as { "@id": string })["@id"]),
+    ["blocker.test", "queued.test"],
+  );
+});
+
+test("an id taken elsewhere after the create asked is refused by Caddy, and the create applies nothing", async (t) => {
+  const { caddy, svc, app, routesOf } = await setup(t);
+  const up = await startUpstream(t, "u");
+  const admin = app.services.caddyAdmin;
+  const release = holdNextWrite(t, admin);
+  const reads: string[] = [];
+  const realRead = admin.read.bind(admin);
+  t.mock.method(admin, "read", async (...args: Parameters<typeof admin.read>) => {
+    const res = await realRead(...args);
+    reads.push(`${args[0]} ${res.status}`);
+    return res;
+  });
+  const blocker = svc.create(route("blocker.test", up.port));
+  const late = svc.create(route("late.test", up.port));
+  await until(() => reads.includes("/id/late.test 404"), 5000);
+  const other = await caddy.admin.raw("POST", "/config/apps/http/servers/other", {
+    body: JSON.stringify({
+      listen: ["127.0.0.1:0"],
+      routes: [{ "@id": "late.test", handle: [{ handler: "static_response", body: "x" }] }],
+    }),
+  });
+  assert.equal(other.status, 200, other.text);
+  release();
+  assert.deepEqual(await outcomes([() => blocker, () => late]), ["ok", "proxy_rejected_change"]);
+  assert.deepEqual(
+    (await routesOf()).map((r) => (r as { "@id": string })["@id"]),
+    ["blocker.test"],
+  );
+  // Asked again now, the id is known to be taken: a conflict, as any id used elsewhere.
+  assert.deepEqual(await outcomes([() => svc.create(route("late.test", up.port))]), ["route_exists"]);
+});
