@@ -1,3 +1,4 @@
+import { pipeline, Readable } from "node:stream";
 import {
   type CaddyErrorReason,
   type CaddyRequestOutcome,
@@ -14,10 +15,43 @@ import type {
 import { http } from "../util/node-builtins.js";
 import { neverSent, retriedAcrossReload } from "./retry.js";
 
-/** A request body already encoded as JSON text (sent as it is, not through JSON.stringify). */
-export class JsonText {
-  constructor(readonly text: string) {}
+/** What a request body is written in at most, but for one piece longer than it. */
+const CHUNK = 64 * 1024;
+
+/**
+ * A request body of JSON text given as pieces (`goJsonPieces`), sent as it is (not through JSON.stringify)
+ * in chunks of about 64 KiB as the connection takes them: a batch of 20,000 routes is never held as one 7 MB
+ * string and a 7 MB Buffer copy of it. `pieces` is called for each attempt and its length, and must give the
+ * same text each time.
+ */
+export class JsonPieces {
+  constructor(private readonly pieces: () => Iterable<string>) {}
+
+  byteLength(): number {
+    let n = 0;
+    for (const p of this.pieces()) n += Buffer.byteLength(p);
+    return n;
+  }
+
+  /** Writes the text to `req` and ends it; a request that fails stops it (the failure is the request's). */
+  writeTo(req: ClientRequest): void {
+    pipeline(Readable.from(chunks(this.pieces())), req, () => {});
+  }
 }
+
+function* chunks(pieces: Iterable<string>): Generator<string, void, undefined> {
+  let chunk = "";
+  for (const p of pieces) {
+    chunk += p;
+    if (chunk.length >= CHUNK) {
+      yield chunk;
+      chunk = "";
+    }
+  }
+  if (chunk !== "") yield chunk;
+}
+
+type Body = string | JsonPieces;
 
 /** Caddy's admin endpoint could not be reached or did not answer in time. */
 export class CaddyUnavailableError extends Error {
@@ -110,7 +144,7 @@ export class CaddyAdmin {
   }
 
   /** One request. Throws CaddyUnavailableError when no answer came; returns any status Caddy answered. */
-  raw(method: string, path: string, opts: { body?: string; ifMatch?: string } = {}): Promise<CaddyResponse> {
+  raw(method: string, path: string, opts: { body?: Body; ifMatch?: string } = {}): Promise<CaddyResponse> {
     return this.counted(
       method,
       () => this.request(method, path, opts),
@@ -140,7 +174,7 @@ export class CaddyAdmin {
   private request(
     method: string,
     path: string,
-    opts: { body?: string; ifMatch?: string },
+    opts: { body?: Body; ifMatch?: string },
   ): Promise<CaddyResponse> {
     return new Promise((resolve, reject) => {
       const req = this.send(method, path, opts, (err) => {
@@ -173,13 +207,16 @@ export class CaddyAdmin {
   private send(
     method: string,
     path: string,
-    opts: { body?: string; ifMatch?: string },
+    opts: { body?: Body; ifMatch?: string },
     fail: (err: CaddyUnavailableError) => void,
   ): ClientRequest {
     const headers: Record<string, string> = { ...(this.base.headers as Record<string, string>) };
-    if (opts.body !== undefined) {
+    const body = opts.body;
+    if (body !== undefined) {
       headers["content-type"] = "application/json";
-      headers["content-length"] = String(Buffer.byteLength(opts.body));
+      headers["content-length"] = String(
+        typeof body === "string" ? Buffer.byteLength(body) : body.byteLength(),
+      );
     }
     if (opts.ifMatch) headers["if-match"] = opts.ifMatch;
     const req = http.request({ ...this.base, method, path, headers, agent: false });
@@ -191,7 +228,8 @@ export class CaddyAdmin {
         }),
       ),
     );
-    req.end(opts.body);
+    if (body instanceof JsonPieces) body.writeTo(req);
+    else req.end(body);
     return req;
   }
 
@@ -243,7 +281,7 @@ export class CaddyAdmin {
     ifMatch?: string,
   ): Promise<void> {
     const opts = {
-      ...(body === undefined ? {} : { body: body instanceof JsonText ? body.text : JSON.stringify(body) }),
+      ...(body === undefined ? {} : { body: body instanceof JsonPieces ? body : JSON.stringify(body) }),
       ...(ifMatch ? { ifMatch } : {}),
     };
     const res = await retriedAcrossReload(

@@ -10,9 +10,7 @@ import { Utf8Xxh64 } from "./xxh64.js";
 export function caddyEtag(path: string, value: unknown): string {
   if (!Array.isArray(value)) return caddyEtagOfText(path, goJson(value));
   const hash = new Utf8Xxh64();
-  arrayPieces(value, (piece) => {
-    hash.add(piece);
-  });
+  for (const piece of goJsonPieces(value)) hash.add(piece);
   return `"${path} ${hash.digestHex()}"`;
 }
 
@@ -30,24 +28,21 @@ export function caddyEtagOfText(path: string, text: string): string {
  */
 export function goJson(value: unknown): string {
   if (!Array.isArray(value)) return `${textOf(value)}\n`;
-  const parts: string[] = [];
-  arrayPieces(value, (piece) => {
-    parts.push(piece);
-  });
-  return parts.join("");
+  return [...goJsonPieces(value)].join("");
 }
 
 /**
  * `goJson`'s text of an array, piece by piece: each element's text (kept with it), "," between them, inside
- * "[" and "]" and a newline. The ETag hashes these pieces, the request body of a batch joins them.
+ * "[" and "]" and a newline. The ETag hashes these pieces, and a batch's request body is written from them
+ * (7 MB at 20,000 routes never held as one text).
  */
-function arrayPieces(value: readonly unknown[], add: (piece: string) => void): void {
-  add("[");
+export function* goJsonPieces(value: readonly unknown[]): Generator<string, void, undefined> {
+  yield "[";
   for (let i = 0; i < value.length; i++) {
-    if (i > 0) add(",");
-    add(elementText(value[i]));
+    if (i > 0) yield ",";
+    yield elementText(value[i]);
   }
-  add("]\n");
+  yield "]\n";
 }
 
 /**

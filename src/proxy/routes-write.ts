@@ -1,5 +1,5 @@
-import { type CaddyAdmin, CaddyApiError, JsonText } from "../caddy/admin.js";
-import { caddyEtag, goJson } from "../caddy/etag.js";
+import { type CaddyAdmin, CaddyApiError, JsonPieces } from "../caddy/admin.js";
+import { caddyEtag, goJsonPieces } from "../caddy/etag.js";
 import type { CaddyRoutesOptions, RoutesState } from "./caddy-routes.js";
 import type { Plan, RouteJson } from "./plan.js";
 import { managedServerCreation } from "./server-creation.js";
@@ -75,8 +75,10 @@ function requestFor(target: RoutesTarget, state: RoutesState, p: Plan): WriteReq
     const added = appendedTo(state.routes, p.routes);
     if (added) return { method: "POST", path: `${path}/...`, body: added };
     // Any other batch sends all routes, as Go's text of them (Caddy decodes it to the same value) made
-    // of each route's text kept for their ETag (caddy/etag.ts): only the routes the batch brought are encoded.
-    return { method: "PATCH", path, body: new JsonText(goJson(p.routes)) };
+    // of each route's text kept for their ETag (caddy/etag.ts): only the routes the batch brought are
+    // encoded, and the text is written piece by piece, never held whole.
+    const routes = p.routes;
+    return { method: "PATCH", path, body: new JsonPieces(() => goJsonPieces(routes)) };
   }
   const { op, at, wasPresent } = only;
   if (op.kind === "delete") return { method: "DELETE", path: `${path}/${at}` };

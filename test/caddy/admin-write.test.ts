@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
-import { CaddyAdmin, CaddyUnavailableError } from "../../src/caddy/admin.js";
+import { CaddyAdmin, CaddyUnavailableError, JsonPieces } from "../../src/caddy/admin.js";
+import { goJson, goJsonPieces } from "../../src/caddy/etag.js";
 import { startCaddy } from "../helpers/caddy.js";
 
 // A write sent right behind a config change can meet Caddy restarting its admin server: the connection is
@@ -67,4 +68,28 @@ test("a write without If-Match is sent again only when its connection was never 
   await assert.rejects(unknown.admin.write("POST", ROUTES, route("c.test")), CaddyUnavailableError);
   assert.equal(unknown.writes(), 1);
   assert.deepEqual(await unknown.ids(), ["c.test"]);
+});
+
+/** Routes whose text spans several of a body's 64 KiB chunks, with text of 2, 3 and 4 UTF-8 bytes a character. */
+const manyRoutes = (n: number) =>
+  Array.from({ length: n }, (_, i) => ({
+    ...route(`r${i}.test`),
+    handle: [{ handler: "static_response", body: `ünïcødé ✓ 𝄞 <&> ${"x".repeat(i % 50)}` }],
+  }));
+
+test("a body given in pieces reaches Caddy whole, and is given again to a write sent again", async (t) => {
+  const { caddy, admin, writes } = await failFirstWrite(t, reset("read"), false);
+  const routes = manyRoutes(2000);
+  let given = 0;
+  const body = new JsonPieces(() => {
+    given++;
+    return goJsonPieces(routes);
+  });
+  const { etag } = await caddy.admin.read(ROUTES);
+  await admin.write("PATCH", ROUTES, body, etag);
+  assert.equal(writes(), 2, "sent again after the reset");
+  assert.ok(given >= 2, "the pieces were walked for each attempt");
+  const held = await caddy.admin.read(ROUTES);
+  assert.ok(held.text.length > 4 * 64 * 1024, `a body of several chunks (${held.text.length})`);
+  assert.equal(held.text, goJson(routes));
 });
