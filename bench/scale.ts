@@ -5,6 +5,8 @@
  * its Caddy, and raw writes interleaved on the same instance would make every agent write start from a
  * stale ETag. Rounds alternate agent and raw so drift in the machine's load hits both.
  */
+
+import { metricSample } from "../support/prometheus.js";
 import {
   type BenchAgent,
   type BenchCaddy,
@@ -122,7 +124,14 @@ export async function scale(
   rows.push(row("list routes", size, ga, gr, targets.list));
 
   if (opts.bursts) {
+    // The batches the agent's writer took to Caddy so far (its batch-size histogram): one per burst is the aim.
+    const batches = async () =>
+      metricSample(
+        expect(await agent.call("GET", "/metrics"), 200, "agent metrics").body,
+        "hostkeeper_route_write_batch_size_count",
+      );
     const ids = Array.from({ length: 100 }, (_, i) => `burst${i}.${tag}.bench.test`);
+    const beforeCreates = await batches();
     const agentCreate = await timed(() =>
       Promise.all(
         ids.map(async (id, i) =>
@@ -134,6 +143,8 @@ export async function scale(
         ),
       ),
     );
+    const createBatches = (await batches()) - beforeCreates;
+    const beforeDeletes = await batches();
     const agentDelete = await timed(() =>
       Promise.all(
         ids.map(async (id) =>
@@ -141,6 +152,7 @@ export async function scale(
         ),
       ),
     );
+    const deleteBatches = (await batches()) - beforeDeletes;
     // Sequential raw calls cost the same each (0.5% more or fewer routes): fewer than 100 are scaled up.
     const seq = ids.slice(0, opts.sequential);
     const scaleUp = ids.length / seq.length;
@@ -156,13 +168,36 @@ export async function scale(
         for (const id of seq) expect(await raw("DELETE", `/id/r-${id}`), 200, "raw sequential delete");
       }));
     const note = seq.length < ids.length ? ` (raw: ${seq.length} calls x${scaleUp.toFixed(1)})` : "";
+    const inBatches = (n: number) => `${n} batch${n === 1 ? "" : "es"}`;
     rows.push(
-      row(`100 concurrent creates (wall)${note}`, size, [agentCreate], [rawCreate], targets.burst, true),
+      row(
+        `100 concurrent creates (wall, ${inBatches(createBatches)})${note}`,
+        size,
+        [agentCreate],
+        [rawCreate],
+        targets.burst,
+        true,
+      ),
     );
     rows.push(
-      row(`100 concurrent deletes (wall)${note}`, size, [agentDelete], [rawDelete], targets.burst, true),
+      row(
+        `100 concurrent deletes (wall, ${inBatches(deleteBatches)})${note}`,
+        size,
+        [agentDelete],
+        [rawDelete],
+        targets.burst,
+        true,
+      ),
     );
-    Object.assign(bulk, { agentCreate, agentDelete, rawCreate, rawDelete, rawSequentialCalls: seq.length });
+    Object.assign(bulk, {
+      agentCreate,
+      agentDelete,
+      createBatches,
+      deleteBatches,
+      rawCreate,
+      rawDelete,
+      rawSequentialCalls: seq.length,
+    });
   }
 
   // The agent has read, changed and listed these routes: its memory just after, and once idle.
