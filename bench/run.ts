@@ -36,7 +36,7 @@ const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 100);
 const TARGETS = { single: 1.1, list: 1.1, burst: 40 };
 const SMALLER_TARGETS = { single: 1.15, list: 1.5, burst: 20 };
 const RSS_TARGET_MB = 90;
-/** Resident memory the soak may add after its warm-up (sampling noise, not growth). */
+/** Resident memory the idle agent may hold after the soak over before it. */
 const SOAK_GROWTH_MB = 5;
 
 const soakArg = process.argv.slice(2).find((a) => a === "--soak" || a.startsWith("--soak="));
@@ -108,7 +108,7 @@ async function main() {
     );
   if (soaked)
     lines.push(
-      `soak: ${soaked.clients} clients for ${soaked.seconds} s after ${soaked.warmupSeconds} s warm-up at ${soaked.routes} routes, ${soaked.requests} requests, ${soaked.failures} failed${soaked.failures > 0 ? ` (${JSON.stringify(soaked.failedBy)})` : ""}; resident memory ${soaked.rssAfterWarmupMb.toFixed(1)} MB after warm-up, ${soaked.rssEndMb.toFixed(1)} MB at the end (max ${soaked.rssMaxMb.toFixed(1)}): growth ${soaked.growthMb.toFixed(1)} MB (target <= ${SOAK_GROWTH_MB}: ${soaked.growthMb <= SOAK_GROWTH_MB ? "yes" : "NO"})`,
+      `soak: ${soaked.clients} clients for ${soaked.seconds} s after ${soaked.warmupSeconds} s warm-up at ${soaked.routes} routes, ${soaked.requests} requests, ${soaked.failures} failed${soaked.failures > 0 ? ` (${JSON.stringify(soaked.failedBy)})` : ""}; resident memory ${soaked.rssAfterWarmupMb.toFixed(1)} MB the first minute after warm-up, ${soaked.rssEndMb.toFixed(1)} MB the last (max ${soaked.rssMaxMb.toFixed(1)}); idle ${soaked.idleBeforeMb.toFixed(1)} MB before, ${soaked.idleAfterMb.toFixed(1)} MB after: growth ${soaked.growthMb.toFixed(1)} MB (target <= ${SOAK_GROWTH_MB}: ${soaked.growthMb <= SOAK_GROWTH_MB ? "yes" : "NO"})`,
     );
   lines.push(`load average (1/5/15 min): ${loadBefore} before, ${loadAfter} after`);
   console.log(lines.join("\n"));

@@ -1,8 +1,11 @@
 /**
  * Soak: `clients` concurrent clients against the agent holding `size` routes for a while, sampling its
  * resident memory. Each client loops over a mix of what a platform sends: reads of one route (most), the
- * whole list, the health and status probes, and a create then delete of a route of its own. Growth is the
- * last minute's mean resident memory over the first minute's after warm-up.
+ * whole list, the health and status probes, and a create then delete of a route of its own. Growth is what
+ * the idle agent holds after the soak over what it held idle before it, both read `IDLE_MS` after the last
+ * request (the agent has put away what it parsed and collected by then): while clients run, its resident
+ * memory swings by 50-100 MB from one sample to the next, which two one-minute means of it (also given,
+ * as the trend) cannot tell from a few MB left behind.
  */
 import http from "node:http";
 import {
@@ -26,14 +29,22 @@ export interface SoakResult {
   failures: number;
   /** Failed requests by what failed: `<request> <status>` or `<request> <error>`. */
   failedBy: Record<string, number>;
+  /** The idle agent before the soak and after it. */
+  idleBeforeMb: number;
+  idleAfterMb: number;
+  /** `idleAfterMb - idleBeforeMb`. */
+  growthMb: number;
+  /** The first minute's mean after warm-up, the last minute's, and the largest sample. */
   rssAfterWarmupMb: number;
   rssEndMb: number;
   rssMaxMb: number;
-  growthMb: number;
   samples: { t: number; rssMb: number }[];
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** How long after its last request the agent counts as idle: as the benchmark's idle figure (run.ts). */
+const IDLE_MS = 20_000;
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
 
 export async function soak(
@@ -44,6 +55,10 @@ export async function soak(
   const base = Array.from({ length: opts.routes }, (_, i) => benchRoute(`soak${i}.bench.test`, i));
   expect(await call(agentsCaddy.adminPort, "PATCH", routesPath, base), 200, "load routes (soak)");
   const pid = agent.child.pid as number;
+  // The agent reads the routes once, then is left idle: what it holds so is what the soak must not add to.
+  expect(await agent.call("GET", "/v1/proxy/routes"), 200, "list (soak)");
+  await sleep(IDLE_MS);
+  const idleBeforeMb = rssMb(pid);
   // Keep-alive, as a platform's client would: the agent's own per-connection state is part of the soak.
   const keepAlive = new http.Agent({ keepAlive: true, maxSockets: opts.clients });
   let requests = 0;
@@ -95,6 +110,8 @@ export async function soak(
   stop = true;
   await Promise.all(running);
   keepAlive.destroy();
+  await sleep(IDLE_MS);
+  const idleAfterMb = rssMb(pid);
   expect(await call(agentsCaddy.adminPort, "PATCH", routesPath, []), 200, "clear routes (soak)");
   const after = samples.filter((s) => s.t > opts.warmupSeconds);
   const window = Math.min(60, opts.seconds / 2);
@@ -108,10 +125,12 @@ export async function soak(
     requests,
     failures,
     failedBy,
+    idleBeforeMb,
+    idleAfterMb,
+    growthMb: idleAfterMb - idleBeforeMb,
     rssAfterWarmupMb: mean(first),
     rssEndMb: mean(last),
     rssMaxMb: Math.max(...after.map((s) => s.rssMb)),
-    growthMb: mean(last) - mean(first),
     samples,
   };
 }
