@@ -13,8 +13,6 @@ import { readAll, routesBody } from "./routes-stream.js";
 import { type RoutesTarget, type WriteOutcome, writePlan } from "./routes-write.js";
 import { managedServerCreation } from "./server-creation.js";
 
-const idPath = (id: string) => `/id/${encodeURIComponent(id)}`;
-
 export interface RoutesState {
   /** False when the managed server does not exist yet. */
   serverExists: boolean;
@@ -207,38 +205,14 @@ export class CaddyRoutes {
     if (res?.status === 200 && res.etag) this.cache.holdText(res.text, res.etag);
   }
 
-  /**
-   * Starts asking Caddy, as a create arrives, whether anything in its config has the create's id, so the
-   * batch the create joins does not wait for the question after its gather window (at 20,000 routes, 100
-   * creates' questions took about 200 ms there). Resolves true when nothing has it; undefined when something
-   * does (the routes themselves, maybe) or the question failed, and `idsElsewhere` then asks again. An id
-   * Caddy did not have may be taken elsewhere before the batch is written, as it may between any question
-   * and a write: Caddy refuses a config with an id twice, so the change is then refused, never applied.
-   */
-  idUnused(op: Op): Promise<true | undefined> | undefined {
-    if (op.kind !== "create") return undefined;
-    return this.admin.read(idPath(opId(op))).then(
-      (res) => res.status === 404 || undefined,
-      () => undefined,
-    );
-  }
-
-  /**
-   * Ids the creates among `ops` would take that are in use elsewhere in Caddy's config (ids are global
-   * there). `unused` holds the ids `idUnused` found free.
-   */
-  async idsElsewhere(
-    ops: readonly Op[],
-    state: RoutesState,
-    unused: ReadonlyMap<string, Promise<true | undefined>> = new Map(),
-  ): Promise<Set<string>> {
+  /** Ids the creates among `ops` would take that are in use elsewhere in Caddy's config (ids are global there). */
+  async idsElsewhere(ops: readonly Op[], state: RoutesState): Promise<Set<string>> {
     const ask = [...new Set(ops.filter((op) => op.kind === "create").map(opId))].filter(
       (id) => !state.index.first.has(id),
     );
     const found = await Promise.all(
       ask.map(async (id) => {
-        if (await unused.get(id)) return undefined;
-        const res = await this.admin.read(idPath(id));
+        const res = await this.admin.read(`/id/${encodeURIComponent(id)}`);
         if (res.status === 200) return id;
         if (res.status === 404) return undefined;
         throw new CaddyApiError(res.status, caddyErrorText(res));

@@ -1,8 +1,5 @@
 import { sleep as realSleep } from "../util/timers.js";
 
-/** How late a wait may end and still count as quiet: a timer's own lateness on a loaded host. */
-const OVERRUN_MS = 3;
-
 export interface GatherWindowOptions {
   /** The window's bound as a share of what the last write took (0.1: a 1.4 s write allows 140 ms). */
   share: number;
@@ -19,9 +16,8 @@ export interface GatherWindowOptions {
  * reaches Caddy as one config change (one reload) rather than the first alone and the rest after it. The
  * wait is sized from what a write costs now: a few milliseconds against a 1.4 s reload of 20,000 routes are
  * free, against a 7 ms reload of 100 routes they are not, so a write that fast lets a change go at once.
- * It ends when no change came for `quietMs` (or a quarter of the bound, if less) while the event loop was
- * free to take one, and never lasts past its bound: a change alone pays the quiet time only, a burst whose
- * changes arrive a millisecond apart all of it.
+ * It ends when no change came for `quietMs` (or a quarter of the bound, if less), and never lasts past its
+ * bound: a change alone pays the quiet time only, a burst whose changes arrive a millisecond apart all of it.
  */
 export class GatherWindow {
   private lastWriteMs = 0;
@@ -67,14 +63,9 @@ export class GatherWindow {
       const left = end - this.now();
       if (left <= 0) return;
       // A quarter of the bound at most: a change alone pays little of a small bound.
-      const asked = Math.min(this.o.quietMs, bound / 4, left);
-      const slept = this.now();
-      await this.sleep(asked);
+      await this.sleep(Math.min(this.o.quietMs, bound / 4, left));
       const count = arrived();
-      // A wait that ended late shows the event loop was busy (a burst's requests and Caddy's answers to
-      // them): changes may be waiting to be read behind it, so it proves no quiet and the window goes on.
-      const late = this.now() - slept > asked + OVERRUN_MS;
-      if (count === seen && !late) return;
+      if (count === seen) return;
       seen = count;
     }
   }

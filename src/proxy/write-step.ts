@@ -1,7 +1,7 @@
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import type { CaddyRoutes, RoutesState } from "./caddy-routes.js";
-import { type Op, opId, type Plan, plan, type Refusal, type RouteJson } from "./plan.js";
+import { type Op, type Plan, plan, type Refusal, type RouteJson } from "./plan.js";
 import { sameRoute } from "./streams.js";
 
 export type WriteFailure =
@@ -49,8 +49,6 @@ export interface Pending<C extends WriterChange> {
   previous: RouteJson | null;
   /** When the writer got it (performance.now()). */
   arrivedAt: number;
-  /** A create's question whether its id is unused in Caddy (`CaddyRoutes.idUnused`), asked on arrival. */
-  idUnused?: Promise<true | undefined>;
 }
 
 /** Changes taken to Caddy together, and whether an If-Match failure may still re-read and re-apply them. */
@@ -93,7 +91,6 @@ export class WriteSteps<C extends WriterChange> {
       elsewhere = await this.caddy.idsElsewhere(
         changes.map((x) => x.change.op),
         known.state,
-        new Map(changes.flatMap((x) => (x.idUnused ? [[opId(x.change.op), x.idUnused]] : []))),
       );
     } catch (err) {
       this.caddy.forget();

@@ -111,7 +111,6 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
         batchSize: 0,
         previous: null,
         arrivedAt: performance.now(),
-        idUnused: this.caddy.idUnused(change.op),
       });
       this.arrivals++;
       void this.drain();
