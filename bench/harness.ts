@@ -16,6 +16,11 @@ import { metricSample } from "../support/prometheus.js";
 export const TOKEN = "bench-token-0123456789abcdef";
 export const UPSTREAM = "127.0.0.1:9";
 export const routesPath = "/config/apps/http/servers/srv0/routes";
+/**
+ * How long after its last request the agent counts as idle: by then it has put away the routes it parsed
+ * for the next change (10 s after its last read of them) and made its idle collection (5 s later).
+ */
+export const IDLE_MS = 20_000;
 
 export type Res = Awaited<ReturnType<typeof httpRequest>>;
 

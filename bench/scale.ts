@@ -14,6 +14,7 @@ import {
   benchRoute,
   call,
   expect,
+  IDLE_MS,
   type Row,
   routesPath,
   row,
@@ -203,7 +204,7 @@ export async function scale(
   // The agent has read, changed and listed these routes: its memory just after, and once idle.
   await sleep(5000);
   const afterWorkRssMb = rssMb(agent.child.pid as number);
-  await sleep(15_000);
+  await sleep(IDLE_MS - 5000);
   const idleRssMb = rssMb(agent.child.pid as number);
 
   expect(await raw("PATCH", routesPath, []), 200, "clear routes (raw)");

@@ -15,6 +15,7 @@ import {
   call,
   drainGet,
   expect,
+  IDLE_MS,
   routesPath,
   rssMb,
   writeBody,
@@ -42,9 +43,6 @@ export interface SoakResult {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** How long after its last request the agent counts as idle: as the benchmark's idle figure (run.ts). */
-const IDLE_MS = 20_000;
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
 
 export async function soak(
