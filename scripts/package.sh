@@ -86,6 +86,8 @@ echo "$(. scripts/caddy.env && echo "$CADDY_BIN_SHA256")  $lib/caddy/caddy" | sh
   { echo "package: the Caddy binary does not match CADDY_BIN_SHA256 (scripts/caddy.env)" >&2; exit 1; }
 install -m 0644 packaging/caddy-bootstrap.json "$lib/caddy/bootstrap.json"
 install -m 0644 packaging/agent.env "$lib/agent.env"
+# The OpenAPI document the agent serves at GET /v1/openapi.json (committed; the generator is not shipped).
+install -m 0644 -D docs/openapi.json "$lib/docs/openapi.json"
 
 # The assembled agent loads in the bundled Node: every module of the app, the native addon, the CLI.
 "$node" --input-type=module -e "await import('$lib/dist/src/app.js')" ||

@@ -25,8 +25,9 @@ import {
   registerProblemHandlers,
   trackRoutes,
 } from "./http/edge.js";
-import { registerOpenApi } from "./http/openapi.js";
+import { registerOpenApiRoute } from "./http/openapi.js";
 import { echoRequestId } from "./http/request-id.js";
+import { ProblemSchema } from "./http/schemas.js";
 import type { TokenRegistry } from "./http/tokens.js";
 import type { App } from "./http/types.js";
 import type { Metrics } from "./metrics/metrics.js";
@@ -65,6 +66,11 @@ export interface AppOptions {
   now?: () => number;
   /** Makes the HTTP(S) server (server.ts: TLS and allowed addresses); default Fastify's own HTTP server. */
   serverFactory?: FastifyServerFactory;
+  /**
+   * Registers an OpenAPI generator before any route and gives its document, which `GET /v1/openapi.json`
+   * then serves instead of the committed file (scripts/openapi-doc.ts passes @fastify/swagger's).
+   */
+  openApiGenerator?: (app: App) => Promise<() => unknown>;
 }
 
 declare module "fastify" {
@@ -99,6 +105,7 @@ export async function buildApp({
   embeddedCaddy,
   now = Date.now,
   serverFactory,
+  openApiGenerator,
 }: AppOptions): Promise<App> {
   const caddyAddress = config.proxy.caddyAdmin;
   if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
@@ -129,7 +136,8 @@ export async function buildApp({
   };
   app.decorate("services", services);
   await registerEdge(app, access, now);
-  registerRoutes(app, areas, access);
+  const generated = await openApiGenerator?.(app);
+  registerRoutes(app, areas, access, generated);
   manageLifecycle(app, config, db, access, areas, logger);
   return app;
 }
@@ -151,16 +159,18 @@ async function registerEdge(app: App, { access, audit }: Access, now: () => numb
   answerExpectations(app, access.check);
   limitRequestBodies(app);
   registerAccessControl(app, access, auditMutations(app, audit, now));
-  await registerOpenApi(app);
+  app.addSchema(ProblemSchema);
   for (const s of [...proxySharedSchemas, ...certificatesSharedSchemas, ...operatorSharedSchemas])
     app.addSchema(s);
 }
 
-/** Every area's routes; the callback-taking ones get the deny list their `callback_url` is checked against. */
-function registerRoutes(app: App, areas: Areas, { audit, tokens }: Access) {
+/**
+ * Every area's routes; the callback-taking ones get the deny list their `callback_url` is checked against.
+ * `generatedOpenApi` is the generator's document, served instead of the committed one (AppOptions).
+ */
+function registerRoutes(app: App, areas: Areas, { audit, tokens }: Access, generatedOpenApi?: () => unknown) {
   registerHealthRoutes(app, areas.health);
-  // Any valid token may read the document: it says what exists, not what the token may do with it.
-  app.get("/v1/openapi.json", { schema: { hide: true }, config: { scopes: [] } }, async () => app.swagger());
+  registerOpenApiRoute(app, generatedOpenApi);
   registerProxyRoutes(app, areas.routes, areas.deny);
   registerCertificateRoutes(app, areas.certificates);
   registerAccessLogRoutes(app, areas.accessLogs);

@@ -1,13 +1,16 @@
-import swagger from "@fastify/swagger";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
-import { ProblemSchema } from "./schemas.js";
+import { projectRoot } from "../paths.js";
 
-export const apiDescription = `Host-management agent. Every endpoint requires \`Authorization: Bearer <token>\`; a missing or wrong token is 401,
-a token without the operation's scopes (its security requirement) 403 \`insufficient_scope\`, and repeated failures from one address 429.
-Every error is an RFC 9457 \`application/problem+json\` body with \`type\` (\`urn:hostkeeper:problem:<code>\`),
-\`title\`, \`status\`, \`detail\` and \`code\`; validation errors list each offending field in \`errors\`.
-Unknown request fields are rejected. Callbacks (\`route_backup\`, \`route_change\`, \`operator_update\`, \`system_update\`) are JSON POSTs signed
-as Standard Webhooks (\`webhook-id\`, \`webhook-timestamp\`, \`webhook-signature\`); see docs/api/callbacks.md.`;
+/**
+ * Where the OpenAPI document lives, under the project's root (the package's /usr/lib/hostkeeper). The agent
+ * serves this file; `npm run docs:openapi` writes it from the routes' schemas, and a test keeps the two in step.
+ * The generator (@fastify/swagger, with the YAML and schema-resolving libraries it loads) is not part of the
+ * agent: it cost the running agent about 2.5 MB of resident memory to regenerate a document that never changes
+ * between releases.
+ */
+export const OPENAPI_DOC = join("docs", "openapi.json");
 
 /**
  * Route schema key for a body a client may leave out. @fastify/swagger marks every body required (Fastify
@@ -22,45 +25,18 @@ declare module "fastify" {
   }
 }
 
-type Operation = Record<string, unknown> & { requestBody?: { required?: boolean } };
-
-function markOptionalBodies(doc: { paths?: Record<string, Record<string, Operation>> }): void {
-  for (const item of Object.values(doc.paths ?? {}))
-    for (const op of Object.values(item)) {
-      if (typeof op !== "object" || op === null || !(BODY_OPTIONAL in op)) continue;
-      delete op[BODY_OPTIONAL];
-      if (op.requestBody) op.requestBody.required = false;
-    }
-}
-
-/** Registers the OpenAPI 3.1 generator; must run before any route is added. */
-export async function registerOpenApi(app: FastifyInstance): Promise<void> {
-  app.addSchema(ProblemSchema);
-  await app.register(swagger, {
-    openapi: {
-      openapi: "3.1.0",
-      info: { title: "Hostkeeper host-management API", version: "1.0.0", description: apiDescription },
-      components: {
-        securitySchemes: {
-          bearer: {
-            type: "http",
-            scheme: "bearer",
-            description:
-              "A token of `HOSTKEEPER_TOKENS_FILE` or the agent's own. Each operation's requirement lists the scopes the token must hold, all of them: `proxy:read`, `proxy:write`, `system:read`, `system:write`, `operator:read`, `operator:write`; `*` holds every scope and is itself required by the audit trail and token rotation.",
-          },
-        },
-      },
-      security: [{ bearer: [] }],
-      servers: [{ url: "/", description: "The agent that serves this document (`HOSTKEEPER_LISTEN`)." }],
-    },
-    transformObject: (documents) => {
-      if (!("openapiObject" in documents)) return documents.swaggerObject;
-      markOptionalBodies(documents.openapiObject as Parameters<typeof markOptionalBodies>[0]);
-      return documents.openapiObject;
-    },
-    refResolver: {
-      buildLocalReference: (json, _baseUri, _fragment, i) =>
-        typeof json.$id === "string" ? json.$id : `def-${i}`,
-    },
+/**
+ * `GET /v1/openapi.json`, readable with any valid token: the document says what exists, not what the token
+ * may do with it. `generated` serves the generator's document instead (scripts/openapi-doc.ts, which
+ * registers it); the agent reads the file on each request, so it holds nothing between them.
+ */
+export function registerOpenApiRoute(app: FastifyInstance, generated?: () => unknown): void {
+  const file = join(projectRoot(), OPENAPI_DOC);
+  app.get("/v1/openapi.json", { schema: { hide: true }, config: { scopes: [] } }, async (_req, reply) => {
+    if (generated) return generated();
+    const text = await readFile(file).catch((cause: unknown) => {
+      throw new Error(`the OpenAPI document ${file} cannot be read (reinstall the package)`, { cause });
+    });
+    return reply.type("application/json; charset=utf-8").send(text);
   });
 }

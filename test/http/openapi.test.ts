@@ -1,10 +1,12 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
+import { OPENAPI_DOC } from "../../src/http/openapi.js";
+import { projectRoot } from "../../src/paths.js";
 import { httpRequest } from "../../support/loopback.js";
 import { TEST_TOKEN } from "../helpers/app.js";
 import { startGuardedAgent } from "./support.js";
@@ -36,6 +38,16 @@ const operations = (doc: Doc) =>
       .filter(([m]) => METHODS.includes(m))
       .map(([method, op]) => ({ path, method, op })),
   );
+
+test("the agent serves the committed document, byte for byte, as JSON", async (t) => {
+  const agent = await startGuardedAgent(t);
+  const res = await httpRequest(agent.port, "GET", "/v1/openapi.json", {
+    headers: { authorization: `Bearer ${TEST_TOKEN}` },
+  });
+  assert.equal(res.status, 200);
+  assert.equal(res.headers["content-type"], "application/json; charset=utf-8");
+  assert.equal(res.body, readFileSync(join(projectRoot(), OPENAPI_DOC), "utf8"));
+});
 
 test("redocly lint finds no error in the served document", async (t) => {
   const { text } = await servedDocument(t);

@@ -223,6 +223,14 @@ describe("packages", () => {
         `curl -s --max-time 5 -k --resolve ${ROUTE}:443:127.0.0.1 https://${ROUTE}/`,
       );
       assert.equal(https, "backend ok");
+      // The package ships the committed OpenAPI document, and the agent serves it (the generator is not packaged).
+      const served = await c().sh(
+        `curl -s --max-time 10 -H "Authorization: Bearer $(cat /var/lib/hostkeeper/token)" http://127.0.0.1:8626/v1/openapi.json`,
+      );
+      assert.deepEqual(
+        JSON.parse(served),
+        JSON.parse(readFileSync(join(projectRoot(), "docs/openapi.json"), "utf8")),
+      );
     });
 
     test("under the units' users: a route's access log written by Caddy and tailed by the agent; a custom certificate served from copies only Caddy's user reads; Caddy's failures read from its journal", {
