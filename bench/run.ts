@@ -10,6 +10,7 @@
  *   BENCH_SIZES        route counts, default 1000,20000 (targets hold at the largest)
  *   BENCH_ROUNDS       single changes of each kind per size, default 40 at 1,000 and 10 above 5,000
  *   BENCH_SEQUENTIAL   sequential raw calls the bursts are compared with, default 100 (fewer are scaled up)
+ *   BENCH_BURSTS       bursts of each kind at the largest size, default 3 (the figure is their median)
  *   BENCH_CADDY_MEMORY=0   skip Caddy's memory with and without a Go memory limit (about 3 minutes)
  */
 import type { ChildProcess } from "node:child_process";
