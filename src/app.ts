@@ -52,6 +52,7 @@ import { type Db, openDatabase } from "./store/db.js";
 import { systemMigrations } from "./system/migrations.js";
 import { systemProblem } from "./system/problems.js";
 import { registerSystemRoutes } from "./system/routes.js";
+import { postponeIdleCollection } from "./util/idle-gc.js";
 
 export interface AppOptions {
   config: AppConfig;
@@ -155,6 +156,11 @@ async function registerEdge(app: App, { access, audit }: Access, now: () => numb
   trackRoutes(app, table);
   app.decorate("registeredRoutes", () => table.routes());
   echoRequestId(app);
+  // A collection asked for once the agent is quiet waits until requests stop (util/idle-gc.ts).
+  app.addHook("onRequest", (_request, _reply, done) => {
+    postponeIdleCollection();
+    done();
+  });
   registerProblemHandlers(app, table, [systemProblem, proxyProblem, certificatesProblem, operatorProblem]);
   answerExpectations(app, access.check);
   limitRequestBodies(app);

@@ -16,7 +16,10 @@ const IDLE_MS = 5_000;
 
 let timer: NodeJS.Timeout | undefined;
 
-/** Asks for a collection once IDLE_MS pass without another call. */
+/**
+ * Asks for a collection once the agent has been quiet for IDLE_MS: no other call and no request
+ * (`postponeIdleCollection`). A collection of this kind stops everything for 100-300 ms at 20,000 routes.
+ */
 export function collectWhenIdle(): void {
   if (gc === undefined) return;
   if (timer) timer.refresh();
@@ -27,4 +30,13 @@ export function collectWhenIdle(): void {
       // a plain major collection frees them into V8's page pool, still resident (measured: 139 against 56 MB).
       gc({ type: "major", execution: "sync", flavor: "last-resort" });
     }, IDLE_MS).unref();
+}
+
+/**
+ * Every request the agent serves: a collection asked for waits until IDLE_MS pass without one. Under 200
+ * clients at 20,000 routes, gaps of 5 s between large exchanges with Caddy are common while requests never
+ * stop, and the collection ran every 10-20 s among them.
+ */
+export function postponeIdleCollection(): void {
+  timer?.refresh();
 }
