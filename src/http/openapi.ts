@@ -22,6 +22,12 @@ export const BODY_OPTIONAL = "x-body-optional";
 declare module "fastify" {
   interface FastifySchema {
     [BODY_OPTIONAL]?: boolean;
+    // The generator's keys the routes set, as @fastify/swagger declares them: the packages compile the
+    // agent without the generator (scripts/openapi-doc.ts), so without its declarations.
+    /** Left out of the document. */
+    hide?: boolean;
+    /** The scopes a token must hold (http/auth.ts sets it on every route). */
+    security?: ReadonlyArray<{ [securityLabel: string]: readonly string[] }>;
   }
 }
 
