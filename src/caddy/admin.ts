@@ -125,11 +125,6 @@ const brokenOff = (err: Error) =>
   });
 
 /**
- * A client for Caddy's admin API over TCP or a unix socket. Uses node:http rather than fetch: fetch sends
- * `Sec-Fetch-Mode`, which Caddy >= 2.11 answers with 403. No keep-alive: every config change restarts
- * the admin server, and a write on a reused, half-closed socket could not be told apart from a lost write.
- */
-/**
  * A request or answer this large (characters of text) leaves megabytes of garbage behind it (its text, what
  * was parsed from it, the buffers it passed through), which V8 collects only when code allocates again:
  * the agent asks for a collection once it goes quiet after one (util/idle-gc.ts). At 20,000 routes an agent
@@ -139,6 +134,11 @@ const LARGE = 1 << 20;
 const isLarge = (body: Body | undefined) =>
   body instanceof JsonPieces || (typeof body === "string" && body.length >= LARGE);
 
+/**
+ * A client for Caddy's admin API over TCP or a unix socket. Uses node:http rather than fetch: fetch sends
+ * `Sec-Fetch-Mode`, which Caddy >= 2.11 answers with 403. No keep-alive: every config change restarts
+ * the admin server, and a write on a reused, half-closed socket could not be told apart from a lost write.
+ */
 export class CaddyAdmin {
   private readonly base: RequestOptions;
 

@@ -16,6 +16,7 @@ import {
 } from "node:fs";
 import { basename, join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { OPENAPI_DOC } from "../../src/http/openapi.js";
 import { packageVersion, projectRoot } from "../../src/paths.js";
 import { testCa } from "../certificates/support.js";
 import { Container, check, debianRoot, type RunResult, run } from "./container.js";
@@ -229,7 +230,7 @@ describe("packages", () => {
       );
       assert.deepEqual(
         JSON.parse(served),
-        JSON.parse(readFileSync(join(projectRoot(), "docs/openapi.json"), "utf8")),
+        JSON.parse(readFileSync(join(projectRoot(), OPENAPI_DOC), "utf8")),
       );
     });
 
