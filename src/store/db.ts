@@ -13,6 +13,15 @@ export interface Migration {
 }
 
 /**
+ * Pages of the database SQLite keeps in the agent's memory, in KiB (SQLite's own default; better-sqlite3
+ * builds it with 16,000). The agent appends changes, events and audit records, kept for days, and reads
+ * few of them back, so a larger cache fills with pages written once and stays full: a process that wrote
+ * and read through a 30 MB database held 26.6 MB more with 16,000 and 12.5 MB more with 2,000 (glibc keeps
+ * the small allocations the pages are made of). Pages beyond it are read through the system's page cache.
+ */
+export const DB_CACHE_KIB = 2000;
+
+/**
  * Opens the agent's database in the data dir and applies the migrations it has not seen yet, each in its
  * own transaction. WAL with synchronous=NORMAL keeps a commit durable across a crash of the agent (not of the
  * machine's power) at a cost of microseconds, which is what an agent recording intent before acting needs.
@@ -26,6 +35,7 @@ export function openDatabase(dataDir: string, migrations: readonly Migration[]):
   db.pragma("synchronous = NORMAL");
   db.pragma("foreign_keys = ON");
   db.pragma("busy_timeout = 5000");
+  db.pragma(`cache_size = -${DB_CACHE_KIB}`);
   db.exec("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)");
   const seen = new Set(
     (db.prepare("SELECT name FROM schema_migrations").all() as { name: string }[]).map((r) => r.name),
