@@ -30,14 +30,14 @@ const SIZES = (process.env.BENCH_SIZES ?? "1000,20000").split(",").map(Number);
 const ROUNDS = process.env.BENCH_ROUNDS ? Number(process.env.BENCH_ROUNDS) : undefined;
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 100);
 /**
- * The targets at the largest size (20,000 routes by default; the bursts run only there), and those of the
- * smaller sizes (the first benchmark's, at 1,000 and 5,000 routes): a fixed cost per request weighs more
- * where Caddy answers in a few milliseconds.
+ * The targets at the largest size (20,000 routes by default; the bursts run only there: the footprint
+ * issue's), and those of the smaller sizes (the first benchmark's, at 1,000 and 5,000 routes): a fixed cost
+ * per request weighs more where Caddy answers in a few milliseconds.
  */
-const TARGETS = { single: 1.1, list: 1.1, burst: 40 };
+const TARGETS = { single: 1.05, list: 1.1, burst: 80 };
 const SMALLER_TARGETS = { single: 1.15, list: 1.5, burst: 20 };
 const RSS_TARGET_MB = 90;
-/** Resident memory the idle agent may hold after the soak over before it. */
+/** Resident memory the idle agent may hold after the soak over what it held after the soak's warm-up. */
 const SOAK_GROWTH_MB = 5;
 
 const soakArg = process.argv.slice(2).find((a) => a === "--soak" || a.startsWith("--soak="));
@@ -101,7 +101,7 @@ async function main() {
       .map((r) => `${r.idleRssMb.toFixed(1)} MB at ${r.size}`)
       .join(
         ", ",
-      )} (target < ${RSS_TARGET_MB} MB idle at ${largest}: ${idleAtLargest < RSS_TARGET_MB ? "yes" : "NO"})`,
+      )} (target <= ${RSS_TARGET_MB} MB idle at ${largest}: ${idleAtLargest <= RSS_TARGET_MB ? "yes" : "NO"})`,
   ];
   for (const m of caddyMem)
     lines.push(
@@ -109,7 +109,7 @@ async function main() {
     );
   if (soaked)
     lines.push(
-      `soak: ${soaked.clients} clients for ${soaked.seconds} s after ${soaked.warmupSeconds} s warm-up at ${soaked.routes} routes, ${soaked.requests} requests, ${soaked.failures} failed${soaked.failures > 0 ? ` (${JSON.stringify(soaked.failedBy)})` : ""}; resident memory ${soaked.rssAfterWarmupMb.toFixed(1)} MB the first minute after warm-up, ${soaked.rssEndMb.toFixed(1)} MB the last (max ${soaked.rssMaxMb.toFixed(1)}); idle ${soaked.idleBeforeMb.toFixed(1)} MB before, ${soaked.idleAfterMb.toFixed(1)} MB after: growth ${soaked.growthMb.toFixed(1)} MB (target <= ${SOAK_GROWTH_MB}: ${soaked.growthMb <= SOAK_GROWTH_MB ? "yes" : "NO"})`,
+      `soak: ${soaked.clients} clients for ${soaked.seconds} s after ${soaked.warmupSeconds} s warm-up at ${soaked.routes} routes, ${soaked.requests} requests, ${soaked.failures} failed${soaked.failures > 0 ? ` (${JSON.stringify(soaked.failedBy)})` : ""}; resident memory ${soaked.rssAfterWarmupMb.toFixed(1)} MB the first minute after warm-up, ${soaked.rssEndMb.toFixed(1)} MB the last (max ${soaked.rssMaxMb.toFixed(1)}); idle ${soaked.idleFreshMb.toFixed(1)} MB fresh on the routes, ${soaked.idleBeforeMb.toFixed(1)} MB after the warm-up (its step ${soaked.warmupStepMb.toFixed(1)} MB), ${soaked.idleAfterMb.toFixed(1)} MB after the soak: growth ${soaked.growthMb.toFixed(1)} MB (target <= ${SOAK_GROWTH_MB}: ${soaked.growthMb <= SOAK_GROWTH_MB ? "yes" : "NO"})`,
     );
   lines.push(`load average (1/5/15 min): ${loadBefore} before, ${loadAfter} after`);
   console.log(lines.join("\n"));
@@ -141,7 +141,7 @@ async function main() {
   console.log(`\nJSON: ${file}`);
   const ok =
     rows.every((r) => r.met) &&
-    idleAtLargest < RSS_TARGET_MB &&
+    idleAtLargest <= RSS_TARGET_MB &&
     (soaked === undefined || (soaked.growthMb <= SOAK_GROWTH_MB && soaked.failures === 0));
   process.exit(ok ? 0 : 1);
 }
