@@ -7,6 +7,7 @@ import { lastLoad, PerLoad } from "../caddy/last-load.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { collectWhenIdle } from "../util/idle-gc.js";
 import { indexRoutes, type Op, opId, type Plan, type RouteJson, type RoutesIndex } from "./plan.js";
+import { RoutePositions } from "./route-positions.js";
 import { PARSED_KEPT_MS, RoutesCache, routesStateOf } from "./routes-cache.js";
 import { RoutesSnapshot } from "./routes-snapshot.js";
 import { readAll, routesBody } from "./routes-stream.js";
@@ -54,11 +55,8 @@ export class CaddyRoutes {
   private readonly routesPath: string;
   private readonly target: RoutesTarget;
   private readonly serverPath: string;
-  /**
-   * Where each route id was in the routes last parsed or written: a hint for reading one route. The `first`
-   * map of the last parsed state's index, then kept up to date by `written` (that state is dropped by then).
-   */
-  private positions = new Map<string, number>();
+  /** Where each route id was in the routes last parsed or written, kept up to date by `written`. */
+  private positions = RoutePositions.none();
   /** The routes as of the last read or verified write; dropped whenever it may be stale. */
   private readonly cache: RoutesCache;
   /** A read of all routes for `route` under way, and the generation it started in. */
@@ -88,7 +86,7 @@ export class CaddyRoutes {
     this.cache = new RoutesCache(
       opts.parsedKeptMs ?? PARSED_KEPT_MS,
       (state) => {
-        this.positions = state.index.first;
+        this.positions = RoutePositions.of(state.routes);
       },
       (routes) => caddyEtag(this.routesPath, routes),
     );
@@ -138,13 +136,11 @@ export class CaddyRoutes {
    * answered by its id index; otherwise all routes are read.
    */
   async route(id: string): Promise<RouteJson | undefined> {
-    const at = this.positions.get(id);
-    if (at !== undefined) {
+    for (const at of this.positions.of(id)) {
       const res = await this.admin.read(`${this.routesPath}/${at}`);
-      if (res.status === 200) {
-        const route = JSON.parse(res.text) as RouteJson | null;
-        if (route?.["@id"] === id) return route;
-      }
+      if (res.status !== 200) break;
+      const route = JSON.parse(res.text) as RouteJson | null;
+      if (route?.["@id"] === id) return route;
     }
     // Only an id that names no path of its own can go to /id/ (Caddy splits the decoded path at "/").
     if (id !== "" && !id.includes("/")) {
@@ -166,7 +162,7 @@ export class CaddyRoutes {
       generation: this.generation,
       routes: this.text().then((text) => {
         const routes = JSON.parse(text) as RouteJson[];
-        this.positions = indexRoutes(routes).first;
+        this.positions = RoutePositions.of(routes);
         return routes;
       }),
     };
@@ -249,20 +245,15 @@ export class CaddyRoutes {
       // before the answer (10 ms at 20,000 routes).
       const { op, at, wasPresent } = only;
       const id = opId(op);
-      if (op.kind === "delete") {
-        this.positions.delete(id);
-        for (const [other, i] of this.positions) if (i > at) this.positions.set(other, i - 1);
-      } else {
-        if (!wasPresent)
-          for (const [other, i] of this.positions) if (i >= at) this.positions.set(other, i + 1);
-        this.positions.set(id, at);
-      }
+      if (op.kind === "delete") this.positions.removeAt(at);
+      else if (wasPresent) this.positions.setAt(at, id);
+      else this.positions.insertAt(at, id);
       return;
     }
     // A batch: the routes are indexed once the answers are out; until then a stale hint is caught by its @id.
     const generation = this.generation;
     setImmediate(() => {
-      if (this.generation === generation) this.positions = indexRoutes(p.routes).first;
+      if (this.generation === generation) this.positions = RoutePositions.of(p.routes);
     });
   }
 
@@ -351,7 +342,7 @@ export class CaddyRoutes {
     const res = await this.admin.read(this.routesPath);
     if (res.status === 200 && res.etag) {
       const state = routesStateOf(res.text, res.etag);
-      this.positions = state.index.first;
+      this.positions = RoutePositions.of(state.routes);
       if (this.checkEtag) this.checkComputation(state);
       return state;
     }
