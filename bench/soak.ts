@@ -5,8 +5,8 @@
  * first run a warm-up, then stop; the soak proper follows. Growth is what the idle agent holds after the
  * soak over what it held idle after the warm-up, each read `IDLE_MS` after the last request (the agent has
  * put away what it parsed and collected by then): a leak grows with the requests served, while the first
- * load an agent meets leaves a step (code compiled for it, the parsed routes' index, glibc's arena after
- * 200 connections) that a second soak does not repeat. The step is printed too, as the idle agent after
+ * load an agent meets leaves a step (code compiled for it, the HTTP parsers Node keeps for reuse, glibc's
+ * arena after 200 connections) that a second soak does not repeat. The step is printed too, as the idle agent after
  * the warm-up over the idle agent fresh on the routes. While clients run, resident memory swings by 50-100
  * MB from one sample to the next, which one-minute means of it (also given, as the trend) cannot tell from
  * a few MB left behind.
