@@ -14,7 +14,7 @@ const load = createRequire(import.meta.url);
 export const fs: typeof import("node:fs") = load("node:fs");
 export const http: typeof import("node:http") = load("node:http");
 
-export type { Dirent, FSWatcher } from "node:fs";
+export type { Dirent, FSWatcher, Stats } from "node:fs";
 export type {
   ClientRequest,
   IncomingHttpHeaders,
