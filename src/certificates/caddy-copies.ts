@@ -1,29 +1,7 @@
-import { dirname, join } from "node:path";
-import { fs } from "../util/node-builtins.js";
+import { join } from "node:path";
+import { SharedFolder } from "../util/shared-folder.js";
 import type { LoadFile } from "./caddy-tls.js";
 import type { CustomCertificate } from "./custom-store.js";
-
-const {
-  closeSync,
-  constants,
-  existsSync,
-  fchownSync,
-  lchownSync,
-  lstatSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  writeSync,
-} = fs;
-
-/**
- * A new file only, never through a link: the folder belongs to Caddy's user, and an agent running as root
- * that followed a link planted there would write, or give away, any file of the host.
- */
-const CREATE_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 
 /** The tag of every `load_files` entry the agent wrote: how it tells its own from anyone else's. */
 export const LOAD_FILES_TAG = "hostkeeper";
@@ -38,11 +16,18 @@ const COPIES_FOLDER = "hostkeeper-custom";
  * only Caddy and root can read a key. Caddy reads them through `load_files`, never inlined into its config.
  * The content's hash in the name makes a replaced certificate a new path, so the replace is a config
  * change Caddy applies (the same paths would be "config unchanged") and the old files go after it.
+ *
+ * The folder is Caddy's user's: every file operation goes through `SharedFolder`, so a link or FIFO that
+ * user puts at the folder, on the way to it or at a copy is refused or replaced, never followed.
  */
 export class CaddyCopies {
   readonly dir: string;
 
-  constructor(private readonly storageRoot: string) {
+  constructor(
+    storageRoot: string,
+    /** Caddy's user when the agent knows it (HOSTKEEPER_CADDY_DATA_DIR's owner): the storage must be theirs. */
+    private readonly caddyUser?: number,
+  ) {
     this.dir = join(storageRoot, COPIES_FOLDER);
   }
 
@@ -55,76 +40,50 @@ export class CaddyCopies {
     return { ...this.paths(cert), format: "pem", tags: [LOAD_FILES_TAG, `${LOAD_FILES_TAG}:${cert.name}`] };
   }
 
-  /** Writes the copies of `cert` unless they are there with that content already. */
-  write(cert: CustomCertificate): void {
-    const owner = this.owner();
-    this.makeFolder(owner);
-    const { certificate, key } = this.paths(cert);
-    for (const [path, text] of [
-      [certificate, cert.certificatePem],
-      [key, cert.keyPem],
-    ] as const) {
-      if (this.holds(path, text)) continue;
-      // Unlinking removes whatever is at the path (a link itself, never its target); the open then fails
-      // rather than follow anything put there in between.
-      rmSync(path, { force: true });
-      const fd = openSync(path, CREATE_NEW, 0o600);
-      try {
-        writeSync(fd, text);
-        if (process.getuid?.() === 0) fchownSync(fd, owner.uid, owner.gid);
-      } finally {
-        closeSync(fd);
-      }
-    }
+  /**
+   * Writes the copies of `certs` that are not there with their content already; the folder, and any folder
+   * above it Caddy had not made yet, made Caddy's.
+   */
+  write(certs: readonly CustomCertificate[]): void {
+    if (certs.length === 0) return;
+    const options = { create: true, ...(this.caddyUser === undefined ? {} : { owner: this.caddyUser }) };
+    SharedFolder.with(this.dir, options, (folder) => {
+      for (const cert of certs)
+        for (const [name, text] of [
+          [`${cert.name}.${cert.hash}.crt`, cert.certificatePem],
+          [`${cert.name}.${cert.hash}.key`, cert.keyPem],
+        ] as const)
+          if (!holds(folder, name, text)) folder.writeFile(name, text, 0o600);
+    });
   }
 
   /** Removes every copy but those of `kept` (a replaced or deleted certificate's, any left by a crash). */
   removeAllBut(kept: readonly CustomCertificate[]): void {
-    const keep = new Set(kept.flatMap((c) => Object.values(this.paths(c))));
-    let files: string[];
+    const keep = new Set(kept.flatMap((c) => [`${c.name}.${c.hash}.crt`, `${c.name}.${c.hash}.key`]));
+    let folder: SharedFolder;
     try {
-      files = readdirSync(this.dir);
-    } catch {
-      return;
+      folder = SharedFolder.open(this.dir, this.caddyUser === undefined ? {} : { owner: this.caddyUser });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+      throw err;
     }
-    for (const f of files) {
-      const path = join(this.dir, f);
-      if (!keep.has(path)) rmSync(path, { force: true });
-    }
-  }
-
-  /** The folder, and any folder above it Caddy had not made yet, each made Caddy's. */
-  private makeFolder(owner: { uid: number; gid: number }): void {
-    const missing: string[] = [];
-    for (let dir = this.dir; !existsSync(dir) && dirname(dir) !== dir; dir = dirname(dir))
-      missing.unshift(dir);
-    for (const dir of missing) {
-      mkdirSync(dir, { mode: 0o700 });
-      this.own(dir, owner);
-    }
-  }
-
-  private holds(path: string, text: string): boolean {
     try {
-      const st = lstatSync(path);
-      if (!st.isFile() || (st.mode & 0o777) !== 0o600) return false;
-      return readFileSync(path, "utf8") === text;
-    } catch {
-      return false;
+      for (const name of folder.names())
+        if (!keep.has(name) && !folder.stat(name)?.isDirectory()) folder.remove(name);
+    } finally {
+      folder.close();
     }
   }
+}
 
-  /** The user and group Caddy runs as: the owner of its storage, or of the nearest folder above it. */
-  private owner(): { uid: number; gid: number } {
-    let dir = this.storageRoot;
-    while (!existsSync(dir) && dirname(dir) !== dir) dir = dirname(dir);
-    const { uid, gid } = statSync(dir);
-    return { uid, gid };
-  }
-
-  private own(path: string, owner: { uid: number; gid: number }): void {
-    // Only root can give a file away; as anyone else the owner already is the agent's user, Caddy's too.
-    // lchown: a folder swapped for a link meanwhile gives the link away, never what it points to.
-    if (process.getuid?.() === 0 && lstatSync(path).uid !== owner.uid) lchownSync(path, owner.uid, owner.gid);
+/** Whether `name` is a copy of `text` already: a regular file of Caddy's user, 0600, with that content. */
+function holds(folder: SharedFolder, name: string, text: string): boolean {
+  try {
+    const st = folder.stat(name);
+    if (!st?.isFile() || (st.mode & 0o777) !== 0o600) return false;
+    return folder.readFile(name)?.toString("utf8") === text;
+  } catch {
+    // Another user's file, or one that changed meanwhile: written again.
+    return false;
   }
 }

@@ -1,8 +1,9 @@
 import { join } from "node:path";
 import { fs } from "../util/node-builtins.js";
+import { SharedFolder, UnsafePathError } from "../util/shared-folder.js";
 import { type CertificateFacts, leafFacts } from "./pem.js";
 
-const { readdirSync, readFileSync, statSync } = fs;
+const { closeSync, readSync } = fs;
 
 /** Caddy's issuer key of its internal CA: certificates stored under it are `internal`, the others `acme`. */
 export const INTERNAL_ISSUER_KEY = "local";
@@ -24,6 +25,7 @@ export function storageKey(name: string): string {
 }
 
 interface Cached {
+  ino: number;
   mtimeMs: number;
   size: number;
   facts: CertificateFacts | null;
@@ -32,31 +34,41 @@ interface Cached {
 }
 
 /**
- * Certificate files parsed once: a file is read and parsed again only when its modification time or size
- * changed, so a list at 20,000 hosts costs one `stat` per certificate after the first. A file that does not
- * parse is remembered as such (null) until it changes.
+ * Certificate files parsed once: a file is read and parsed again only when it is another file or its
+ * modification time or size changed, so a list at 20,000 hosts costs a few system calls per certificate
+ * after the first. A file that does not parse is remembered as such (null) until it changes.
  */
 export class CertificateFiles {
   private readonly cache = new Map<string, Cached>();
   private sweep = 0;
 
-  /** The facts of the leaf of `path`; undefined when there is no such file, null when it does not parse. */
-  read(path: string): CertificateFacts | null | undefined {
-    const stat = statSync(path, { throwIfNoEntry: false });
-    if (stat === undefined || !stat.isFile()) return undefined;
-    const cached = this.cache.get(path);
-    if (cached && cached.mtimeMs === stat.mtimeMs && cached.size === stat.size) {
-      cached.seen = this.sweep;
-      return cached.facts;
-    }
-    let facts: CertificateFacts | null;
+  /**
+   * The facts of the leaf of the file `name` in `folder` (Caddy's, so read through SharedFolder: a link or
+   * anything but a regular file of Caddy's user is refused); undefined when there is no such file, null
+   * when it does not parse.
+   */
+  read(folder: SharedFolder, name: string): CertificateFacts | null | undefined {
+    const file = folder.openFile(name);
+    if (file === undefined) return undefined;
+    const path = `${folder.path}/${name}`;
     try {
-      facts = leafFacts(readFileSync(path));
-    } catch {
-      facts = null;
+      const { ino, mtimeMs, size } = file.stat;
+      const cached = this.cache.get(path);
+      if (cached && cached.ino === ino && cached.mtimeMs === mtimeMs && cached.size === size) {
+        cached.seen = this.sweep;
+        return cached.facts;
+      }
+      let facts: CertificateFacts | null;
+      try {
+        facts = leafFacts(readAll(file.fd, size));
+      } catch {
+        facts = null;
+      }
+      this.cache.set(path, { ino, mtimeMs, size, facts, seen: this.sweep });
+      return facts;
+    } finally {
+      closeSync(file.fd);
     }
-    this.cache.set(path, { mtimeMs: stat.mtimeMs, size: stat.size, facts, seen: this.sweep });
-    return facts;
   }
 
   /** Forgets the files no read asked for since the last call: hosts gone, certificates Caddy cleaned away. */
@@ -65,6 +77,21 @@ export class CertificateFiles {
     this.sweep++;
   }
 }
+
+/** At most `size` bytes (a certificate file's, at most 1 MiB) of the open file `fd`, from its start. */
+function readAll(fd: number, size: number): Buffer {
+  const buf = Buffer.alloc(Math.min(size, MAX_CERTIFICATE_BYTES));
+  let got = 0;
+  while (got < buf.length) {
+    const n = readSync(fd, buf, got, buf.length - got, got);
+    if (n === 0) break;
+    got += n;
+  }
+  return buf.subarray(0, got);
+}
+
+/** A certificate chain is a few KiB; a larger file is not read past this. */
+const MAX_CERTIFICATE_BYTES = 1024 * 1024;
 
 /** A certificate Caddy manages, as its storage holds it. */
 export interface StoredCertificate {
@@ -75,41 +102,96 @@ export interface StoredCertificate {
 /**
  * Caddy's certificate storage (a `file_system` storage: `<root>/certificates/<issuer key>/<name>/<name>.crt`),
  * read per host rather than walked: a list reads the folder of issuer keys once and then, per host, the one
- * file each issuer may hold for it.
+ * file each issuer may hold for it. The storage is Caddy's user's: it is read through SharedFolder, held
+ * open for one list (`open` ... `close`).
  */
 export class CaddyStorage {
   constructor(private readonly files: CertificateFiles) {}
 
-  /** The issuer keys that have certificates under `root`. */
-  issuerKeys(root: string): string[] {
+  /**
+   * The storage at `root` for one list; Caddy's user, when known, must own it. A storage without a
+   * `certificates` folder yet (Caddy makes it with the first certificate) holds none.
+   */
+  open(root: string, caddyUser: number | undefined): StorageList {
+    let folder: SharedFolder | undefined;
     try {
-      return readdirSync(join(root, "certificates"), { withFileTypes: true })
-        .filter((d) => d.isDirectory())
-        .map((d) => d.name)
-        .sort();
-    } catch {
-      // No certificate stored yet (Caddy creates the folder with the first one).
-      return [];
+      folder = SharedFolder.open(
+        join(root, "certificates"),
+        caddyUser === undefined ? {} : { owner: caddyUser },
+      );
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
     }
+    return new StorageList(folder, this.files);
+  }
+}
+
+/** Caddy's `certificates` folder, open for one list. */
+export class StorageList {
+  private readonly issuers = new Map<string, SharedFolder | undefined>();
+
+  constructor(
+    private readonly folder: SharedFolder | undefined,
+    private readonly files: CertificateFiles,
+  ) {}
+
+  /** The issuer keys that have certificates. */
+  issuerKeys(): string[] {
+    const folder = this.folder;
+    if (folder === undefined) return [];
+    return folder
+      .names()
+      .filter((name) => {
+        const st = folder.stat(name);
+        if (st?.isSymbolicLink()) throw new UnsafePathError(join(folder.path, name), "is a link");
+        return st?.isDirectory();
+      })
+      .sort();
   }
 
   /**
    * What Caddy loads for `name` when it manages it with `issuerKeys`: of the certificates they hold for it,
    * the most recently issued (certmagic's `loadCertResourceAnyIssuer`). Undefined when none holds one.
    */
-  managed(root: string, name: string, issuerKeys: readonly string[]): StoredCertificate | undefined {
+  managed(name: string, issuerKeys: readonly string[]): StoredCertificate | undefined {
     const key = storageKey(name);
+    if (key === "" || key === "." || key === "..") return undefined;
     let best: StoredCertificate | undefined;
     for (const issuerKey of issuerKeys) {
-      const facts = this.files.read(join(root, "certificates", issuerKey, key, `${key}.crt`));
+      const host = this.subfolder(this.issuer(issuerKey), key);
+      if (host === undefined) continue;
+      let facts: CertificateFacts | null | undefined;
+      try {
+        facts = this.files.read(host, `${key}.crt`);
+      } finally {
+        host.close();
+      }
       if (facts && (best === undefined || facts.notBefore > best.facts.notBefore))
         best = { issuerKey, facts };
     }
     return best;
   }
 
-  /** Ends one list: files no longer asked for leave the cache. */
-  listed(): void {
+  /** Ends the list: the folders are closed, and files no longer asked for leave the cache. */
+  close(): void {
+    for (const f of this.issuers.values()) f?.close();
+    this.folder?.close();
     this.files.forgetUnused();
+  }
+
+  private issuer(issuerKey: string): SharedFolder | undefined {
+    if (!this.issuers.has(issuerKey)) this.issuers.set(issuerKey, this.subfolder(this.folder, issuerKey));
+    return this.issuers.get(issuerKey);
+  }
+
+  /** The folder `name` in `parent`; undefined when there is none. */
+  private subfolder(parent: SharedFolder | undefined, name: string): SharedFolder | undefined {
+    if (parent === undefined) return undefined;
+    try {
+      return parent.folder(name);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+      throw err;
+    }
   }
 }

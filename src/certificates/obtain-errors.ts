@@ -1,6 +1,8 @@
-import { fs } from "../util/node-builtins.js";
+import { basename, dirname, isAbsolute } from "node:path";
+import { fs, type Stats } from "../util/node-builtins.js";
+import { SharedFolder, UnsafePathError } from "../util/shared-folder.js";
 
-const { closeSync, fstatSync, openSync, readSync } = fs;
+const { closeSync, readSync } = fs;
 
 /** Caddy's last failure to get a certificate for a name, as its log says it. */
 export interface ObtainError {
@@ -46,17 +48,25 @@ export class ObtainErrorLog {
     private readonly maxNames = 50_000,
   ) {}
 
-  /** The last failure per name, after reading what the log at `path` gained; none when there is no log. */
-  read(path: string | undefined): ReadonlyMap<string, ObtainError> {
-    if (path === undefined) return this.errors;
-    let fd: number;
+  /**
+   * The last failure per name, after reading what the log at `path` gained; none when there is no log. The
+   * log is Caddy's user's (`caddyUser` when the agent knows it): opened through SharedFolder, so a link or a
+   * FIFO in its place, or a file of another user, is refused (UnsafePathError) and never read.
+   */
+  read(path: string | undefined, caddyUser?: number): ReadonlyMap<string, ObtainError> {
+    if (path === undefined || !isAbsolute(path)) return this.errors;
+    let file: { fd: number; stat: Stats } | undefined;
     try {
-      fd = openSync(path, "r");
-    } catch {
+      const options = caddyUser === undefined ? {} : { owner: caddyUser };
+      file = SharedFolder.with(dirname(path), options, (folder) => folder.openFile(basename(path)));
+    } catch (err) {
+      if (err instanceof UnsafePathError) throw err;
       return this.errors;
     }
+    if (file === undefined) return this.errors;
+    const fd = file.fd;
     try {
-      const { ino, size } = fstatSync(fd);
+      const { ino, size } = file.stat;
       const last = this.file?.path === path ? this.file : undefined;
       // Where the lines not yet read begin: after the last read, at the start of a file Caddy rolled in
       // since, or, the first time, `maxBytes` before the end.

@@ -1,4 +1,5 @@
 import { ApiError } from "../http/errors.js";
+import { UnsafePathError } from "../util/shared-folder.js";
 import { CertificateNotFoundError, CertificateStorageUnknownError } from "./errors.js";
 
 /** The certificates area's errors as problems: the one place they meet HTTP. */
@@ -6,5 +7,6 @@ export function certificatesProblem(err: unknown): ApiError | undefined {
   if (err instanceof CertificateNotFoundError) return new ApiError("certificate_not_found", err.message);
   if (err instanceof CertificateStorageUnknownError)
     return new ApiError("certificate_storage_unknown", err.message);
+  if (err instanceof UnsafePathError) return new ApiError("unsafe_file", err.withoutFolders());
   return undefined;
 }

@@ -16,7 +16,7 @@ const listSchema = {
     "For every host the managed server's routes serve, the certificate a TLS client gets for it (read from what Caddy stores and loads) with its status, and Caddy's last error for a host without a valid one; then every custom certificate (docs/api/certificates.md).",
   response: {
     200: jsonContent(Type.Ref("CertificateList"), "The certificates."),
-    ...problemResponses("proxy_unavailable", "certificate_storage_unknown"),
+    ...problemResponses("proxy_unavailable", "certificate_storage_unknown", "unsafe_file"),
   },
 };
 
@@ -39,6 +39,7 @@ const putSchema = {
       "proxy_unavailable",
       "proxy_rejected_change",
       "certificate_storage_unknown",
+      "unsafe_file",
     ),
   },
 };
@@ -70,6 +71,7 @@ const deleteSchema = {
       "proxy_unavailable",
       "proxy_rejected_change",
       "certificate_storage_unknown",
+      "unsafe_file",
     ),
   },
 };

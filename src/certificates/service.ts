@@ -2,9 +2,16 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import { ChangeRejectedError, ProxyUnavailableError } from "../proxy/errors.js";
+import { SharedFolder, UnsafePathError } from "../util/shared-folder.js";
 import { sleep } from "../util/timers.js";
 import { CaddyCopies, LOAD_FILES_TAG } from "./caddy-copies.js";
-import { CaddyStorage, CertificateFiles, INTERNAL_ISSUER_KEY, storageKey } from "./caddy-storage.js";
+import {
+  CaddyStorage,
+  CertificateFiles,
+  INTERNAL_ISSUER_KEY,
+  type StorageList,
+  storageKey,
+} from "./caddy-storage.js";
 import type { AutomationPolicy, CaddyTlsConfig, LoadFile } from "./caddy-tls.js";
 import { type CustomCertificate, type CustomCertificateStore, customCertificate } from "./custom-store.js";
 import {
@@ -19,7 +26,7 @@ import {
 } from "./entries.js";
 import { CertificateNotFoundError, CertificateStorageUnknownError } from "./errors.js";
 import { JournalErrors } from "./journal-errors.js";
-import { ObtainErrorLog } from "./obtain-errors.js";
+import { type ObtainError, ObtainErrorLog } from "./obtain-errors.js";
 import { checkCustomCertificate } from "./pem.js";
 
 export interface CertificateServiceOptions {
@@ -114,8 +121,41 @@ export class CertificateService {
         this.o.tls.policies(),
       ]),
     );
+    const errors = await this.obtainErrorsOf(logFile);
+    const storage = await this.warned(() => this.storage.open(root, this.caddyUser()));
+    let entries: CertificateEntry[];
+    try {
+      entries = await this.warned(() => this.hostEntries(routesText, storage, policies, errors));
+    } finally {
+      storage.close();
+    }
+    for (const c of this.o.store.all()) entries.push(customEntry(c, this.o.now(), this.warningMs));
+    return entries;
+  }
+
+  /**
+   * Caddy's last failures to get certificates, from its journal or its log file. A log file that fails
+   * SharedFolder's checks is left unread, with a warning: the list goes on without the errors.
+   */
+  private async obtainErrorsOf(logFile: string | undefined): Promise<ReadonlyMap<string, ObtainError>> {
+    if (logFile === undefined && this.journal) return this.journal.read();
+    try {
+      return await this.warned(() => this.obtainErrors.read(logFile, this.caddyUser()));
+    } catch (err) {
+      if (err instanceof UnsafePathError) return new Map();
+      throw err;
+    }
+  }
+
+  /** The entries of the hosts the managed server's routes serve (see `list`). */
+  private async hostEntries(
+    routesText: string,
+    storage: StorageList,
+    policies: readonly AutomationPolicy[],
+    errors: ReadonlyMap<string, ObtainError>,
+  ): Promise<CertificateEntry[]> {
     const customs = this.o.store.all();
-    const stored = this.storage.issuerKeys(root);
+    const stored = storage.issuerKeys();
     // The storage folders a policy's issuers use, worked out once per policy rather than per host.
     const folders = new Map<AutomationPolicy | undefined, string[]>();
     const foldersOf = (policy: AutomationPolicy | undefined) => {
@@ -127,8 +167,6 @@ export class CertificateService {
       }
       return f;
     };
-    const errors =
-      logFile === undefined && this.journal ? await this.journal.read() : this.obtainErrors.read(logFile);
     const entries: CertificateEntry[] = [];
     let n = 0;
     for (const host of hostsOf(routesText)) {
@@ -139,7 +177,7 @@ export class CertificateService {
         entries.push({ ...customEntry(custom, now, this.warningMs), host });
         continue;
       }
-      const found = this.storage.managed(root, host, foldersOf(policyFor(host, policies)));
+      const found = storage.managed(host, foldersOf(policyFor(host, policies)));
       const status = found ? statusOf(found.facts, now, this.warningMs) : "missing";
       entries.push({
         host,
@@ -152,9 +190,30 @@ export class CertificateService {
         error: status === "valid" ? null : (errors.get(host) ?? null),
       });
     }
-    this.storage.listed();
-    for (const c of customs) entries.push(customEntry(c, this.o.now(), this.warningMs));
     return entries;
+  }
+
+  /**
+   * Caddy's user, when the agent knows it: the owner of HOSTKEEPER_CADDY_DATA_DIR (or of the embedded
+   * Caddy's folder). Caddy's storage and log must then be that user's; otherwise their owner is taken as it is.
+   */
+  private caddyUser(): number | undefined {
+    return this.o.caddyDataDir === undefined ? undefined : SharedFolder.ownerOf(this.o.caddyDataDir);
+  }
+
+  private async copies(): Promise<CaddyCopies> {
+    return new CaddyCopies(await this.storageRoot(), this.caddyUser());
+  }
+
+  /** Runs `fn`; a folder or file of Caddy's user that fails SharedFolder's checks is also a warning in the log. */
+  private async warned<T>(fn: () => T | Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      if (err instanceof UnsafePathError)
+        this.o.log.warn({ path: err.path, reason: err.reason }, `refused ${err.path}: it ${err.reason}`);
+      throw err;
+    }
   }
 
   /** The entry of the custom certificate `name`. */
@@ -175,44 +234,48 @@ export class CertificateService {
   ): Promise<{ created: boolean; entry: CertificateEntry }> {
     const checked = checkCustomCertificate(certificatePem, keyPem, new Date(this.o.now()));
     const cert = customCertificate(name, checked.certificatePem, checked.keyPem);
-    return this.serial(async () => {
-      const copies = new CaddyCopies(await this.storageRoot());
-      const previous = this.o.store.get(name);
-      const others = this.o.store.all().filter((c) => c.name !== name);
-      // Every copy Caddy is to load, not only the new one: Caddy refuses a config naming a missing file.
-      for (const c of [...others, cert]) copies.write(c);
-      try {
-        await this.load(copies, [...others, cert]);
-      } catch (err) {
-        // Caddy refused and keeps its config: the new copies go. Without an answer Caddy may have taken
-        // them, so they stay until the next change or start tidies up.
-        if (err instanceof ChangeRejectedError)
-          copies.removeAllBut(previous ? [...others, previous] : others);
-        throw err;
-      }
-      this.o.store.put(cert);
-      copies.removeAllBut(this.o.store.all());
-      this.o.log.info(
-        { certificate: name, names: cert.facts.names, replaced: previous !== undefined },
-        "loaded a custom certificate into Caddy",
-      );
-      return { created: previous === undefined, entry: customEntry(cert, this.o.now(), this.warningMs) };
-    });
+    return this.serial(() =>
+      this.warned(async () => {
+        const copies = await this.copies();
+        const previous = this.o.store.get(name);
+        const others = this.o.store.all().filter((c) => c.name !== name);
+        // Every copy Caddy is to load, not only the new one: Caddy refuses a config naming a missing file.
+        copies.write([...others, cert]);
+        try {
+          await this.load(copies, [...others, cert]);
+        } catch (err) {
+          // Caddy refused and keeps its config: the new copies go. Without an answer Caddy may have taken
+          // them, so they stay until the next change or start tidies up.
+          if (err instanceof ChangeRejectedError)
+            copies.removeAllBut(previous ? [...others, previous] : others);
+          throw err;
+        }
+        this.o.store.put(cert);
+        copies.removeAllBut(this.o.store.all());
+        this.o.log.info(
+          { certificate: name, names: cert.facts.names, replaced: previous !== undefined },
+          "loaded a custom certificate into Caddy",
+        );
+        return { created: previous === undefined, entry: customEntry(cert, this.o.now(), this.warningMs) };
+      }),
+    );
   }
 
   /** Removes the custom certificate `name`: unloaded from Caddy first (its hosts go back to issuance). */
   async delete(name: string): Promise<void> {
-    return this.serial(async () => {
-      if (!this.o.store.get(name)) throw new CertificateNotFoundError(name);
-      const copies = new CaddyCopies(await this.storageRoot());
-      const kept = this.o.store.all().filter((c) => c.name !== name);
-      for (const c of kept) copies.write(c);
-      await this.load(copies, kept);
-      this.o.store.remove(name);
-      // Only once Caddy no longer names them: Caddy refuses every config change while a loaded file is gone.
-      copies.removeAllBut(kept);
-      this.o.log.info({ certificate: name }, "removed a custom certificate from Caddy");
-    });
+    return this.serial(() =>
+      this.warned(async () => {
+        if (!this.o.store.get(name)) throw new CertificateNotFoundError(name);
+        const copies = await this.copies();
+        const kept = this.o.store.all().filter((c) => c.name !== name);
+        copies.write(kept);
+        await this.load(copies, kept);
+        this.o.store.remove(name);
+        // Only once Caddy no longer names them: Caddy refuses every config change while a loaded file is gone.
+        copies.removeAllBut(kept);
+        this.o.log.info({ certificate: name }, "removed a custom certificate from Caddy");
+      }),
+    );
   }
 
   private load(copies: CaddyCopies, certs: readonly CustomCertificate[]): Promise<boolean> {
@@ -244,7 +307,7 @@ export class CertificateService {
             await sleep(1000);
             continue;
           }
-          const level = this.o.store.all().length > 0 ? "warn" : "debug";
+          const level = this.o.store.all().length > 0 || err instanceof UnsafePathError ? "warn" : "debug";
           this.o.log[level]({ err }, "could not bring Caddy's custom certificates in line at start");
           return;
         }
@@ -255,8 +318,8 @@ export class CertificateService {
 
   private async conformOnce(): Promise<void> {
     const certs = this.o.store.all();
-    const copies = new CaddyCopies(await this.storageRoot());
-    for (const c of certs) copies.write(c);
+    const copies = await this.copies();
+    copies.write(certs);
     const changed = await this.load(copies, certs);
     copies.removeAllBut(certs);
     if (changed)

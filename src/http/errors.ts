@@ -42,6 +42,10 @@ export const problemCodes = {
   package_manager_busy: { status: 500, title: "Package manager busy" },
   package_manager_failed: { status: 500, title: "Package manager failed" },
   token_rotation_failed: { status: 500, title: "Token rotation could not be stored" },
+  unsafe_file: {
+    status: 500,
+    title: "A file or folder another user can change failed the agent's checks, and was not used",
+  },
   proxy_unavailable: { status: 503, title: "Proxy unavailable" },
   proxy_rejected_change: { status: 503, title: "Proxy rejected the change" },
   proxy_rollback_failed: { status: 503, title: "Proxy change failed and rollback failed" },

@@ -114,6 +114,8 @@ export async function tlsSetup(
     storageRoot?: string;
     /** Neither a storage in Caddy's config nor HOSTKEEPER_CADDY_DATA_DIR. */
     storageUnknown?: boolean;
+    /** HOSTKEEPER_CADDY_DATA_DIR, beside `storageRoot`: the folder whose owner is Caddy's user. */
+    caddyDataDir?: string;
   } = {},
 ) {
   const tlsPort = await freePort();
@@ -168,6 +170,7 @@ export async function tlsSetup(
     HOSTKEEPER_CADDY_HTTP_PORT: String(httpPort),
     HOSTKEEPER_CADDY_HTTPS_PORT: String(tlsPort),
     ...(opts.storageRoot || opts.storageUnknown ? {} : { HOSTKEEPER_CADDY_DATA_DIR: dataDir }),
+    ...(opts.caddyDataDir ? { HOSTKEEPER_CADDY_DATA_DIR: opts.caddyDataDir } : {}),
   };
   const h = await buildTestApp(t, env, opts.logger ? { logger: opts.logger } : {});
   const up = await startUpstream(t, "u");
