@@ -1,43 +1,55 @@
-import { join } from "node:path";
+import { basename, dirname } from "node:path";
 import { promisify } from "node:util";
-import { fs } from "../util/node-builtins.js";
+import { fs, type Stats } from "../util/node-builtins.js";
+import { SharedFolder } from "../util/shared-folder.js";
 
 /*
  * The access log files, as the agent reads and removes them (Caddy writes and rolls them): the newest lines
  * of a route's file, and the files of routes that no longer log, once they are old enough.
  */
 
-const open = promisify(fs.open);
 const read = promisify(fs.read);
-const fstat = promisify(fs.fstat);
 const close = promisify(fs.close);
-const readdir = promisify(fs.readdir);
-const stat = promisify(fs.stat);
-const unlink = promisify(fs.unlink);
 
 /** How much of a file is read at a time, from its end backwards. */
 const CHUNK = 64 * 1024;
 
+/** The most of a file one read of its newest lines takes (and so about the most one answer carries). */
+export const TAIL_MAX_BYTES = 2 * 1024 * 1024;
+
+/** The newest lines of a log, and whether older lines that were asked for were left out for `maxBytes`. */
+export interface Tail {
+  lines: string[];
+  cut: boolean;
+}
+
 /**
- * The last `n` complete lines of the file at `path`, oldest first; [] when there is no file. The file is read
- * backwards a chunk at a time until it has `n` lines: what is held is those lines and one chunk, whatever
- * the file's size. A last line without its newline (Caddy writing it right now) is not one yet.
+ * The last `n` complete lines of the file at `path`, oldest first, within its last `maxBytes`; no lines when
+ * there is no file. The file is read backwards a chunk at a time until it has `n` lines or `maxBytes`: what
+ * is held is those bytes, whatever the file's size. A last line without its newline (Caddy writing it right
+ * now) is not one yet; a line that does not fit whole in `maxBytes` is left out, and the tail says it was cut.
+ * The folder is Caddy's user's: the file is opened through SharedFolder (a link, a FIFO or another user's
+ * file is refused with UnsafePathError, never opened).
  */
-export async function lastLines(path: string, n: number): Promise<string[]> {
-  let fd: number;
+export async function tailLines(path: string, n: number, maxBytes = TAIL_MAX_BYTES): Promise<Tail> {
+  let file: { fd: number; stat: Stats } | undefined;
   try {
-    fd = await open(path, "r");
+    file = SharedFolder.with(dirname(path), {}, (folder) => folder.openFile(basename(path)));
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return { lines: [], cut: false };
     throw err;
   }
+  if (file === undefined) return { lines: [], cut: false };
+  const { fd } = file;
   try {
-    let pos = (await fstat(fd)).size;
+    const end = file.stat.size;
+    const floor = Math.max(0, end - maxBytes);
+    let pos = end;
     const chunks: Buffer[] = [];
     let newlines = 0;
     // n + 1 newlines: the one before the first wanted line ends the read (the end of the file needs none).
-    while (pos > 0 && newlines <= n) {
-      const len = Math.min(CHUNK, pos);
+    while (pos > floor && newlines <= n) {
+      const len = Math.min(CHUNK, pos - floor);
       pos -= len;
       const buf = Buffer.alloc(len);
       const { bytesRead } = await read(fd, buf, 0, len, pos);
@@ -48,10 +60,18 @@ export async function lastLines(path: string, n: number): Promise<string[]> {
     const lines = Buffer.concat(chunks).toString("utf8").split("\n");
     lines.pop();
     if (pos > 0) lines.shift();
-    return lines.slice(-n).filter((l) => l.length > 0);
+    const whole = lines.filter((l) => l.length > 0);
+    // Cut: the byte limit stopped the read before it had the lines asked for (and the file had more).
+    const cut = pos > 0 && newlines <= n;
+    return { lines: whole.slice(-n), cut };
   } finally {
     await close(fd);
   }
+}
+
+/** The last `n` complete lines of the file at `path` within the last TAIL_MAX_BYTES (see `tailLines`). */
+export async function lastLines(path: string, n: number): Promise<string[]> {
+  return (await tailLines(path, n)).lines;
 }
 
 /** `<base>.log`, or a file Caddy rolled from it: `<base>-<time>.log`, gzipped or not. */
@@ -63,49 +83,68 @@ export function routeIdOfFile(name: string): string | undefined {
   return m?.[1]?.replace(/%2A/g, "*");
 }
 
+/** What a look at the access log folder found: the stale files, and entries that are not regular files of its owner. */
+export interface StaleLook {
+  stale: string[];
+  /** Names of routes' logs that are links, folders, FIFOs or another user's: never touched, warned of. */
+  refused: string[];
+}
+
 /**
  * The files in `dir` of routes not in `logging` (deleted, or no longer logging) that were last written more
  * than `keepDays` days ago, rolled ones included; never a file of a route in `logging`, nor a file that is
- * no route's.
+ * no route's, nor anything but a regular file of the folder's owner (Caddy's user). The folder is read
+ * through SharedFolder: a link in its place or on the way to it is refused (UnsafePathError).
  */
-export async function staleFiles(
+export function staleFiles(
   dir: string,
   logging: ReadonlySet<string>,
   keepDays: number,
   now = Date.now(),
-): Promise<string[]> {
-  let names: string[];
+): StaleLook {
+  let folder: SharedFolder;
   try {
-    names = await readdir(dir);
+    folder = SharedFolder.open(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return { stale: [], refused: [] };
+    throw err;
+  }
+  try {
+    return staleIn(folder, logging, now - keepDays * 86_400_000);
+  } finally {
+    folder.close();
+  }
+}
+
+function staleIn(folder: SharedFolder, logging: ReadonlySet<string>, before: number): StaleLook {
+  const look: StaleLook = { stale: [], refused: [] };
+  for (const name of folder.names()) {
+    const id = routeIdOfFile(name);
+    if (id === undefined || logging.has(id)) continue;
+    const s = folder.stat(name);
+    if (s === undefined) continue;
+    if (!s.isFile() || s.uid !== folder.owner) look.refused.push(name);
+    else if (s.mtimeMs <= before) look.stale.push(name);
+  }
+  return look;
+}
+
+/** Removes the stale files (see `staleFiles`), each checked again just before; returns the names removed. */
+export function removeStaleFiles(dir: string, logging: ReadonlySet<string>, keepDays: number): string[] {
+  let folder: SharedFolder;
+  try {
+    folder = SharedFolder.open(dir);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
     throw err;
   }
-  const before = now - keepDays * 86_400_000;
-  const stale: string[] = [];
-  for (const name of names) {
-    const id = routeIdOfFile(name);
-    if (id === undefined || logging.has(id)) continue;
-    const s = await stat(join(dir, name)).catch(() => undefined);
-    if (s?.isFile() && s.mtimeMs <= before) stale.push(name);
+  try {
+    const removed: string[] = [];
+    // Unlinking removes the name in this folder and nothing else, whatever it has become meanwhile.
+    for (const name of staleIn(folder, logging, Date.now() - keepDays * 86_400_000).stale)
+      if (folder.remove(name)) removed.push(name);
+    return removed;
+  } finally {
+    folder.close();
   }
-  return stale;
-}
-
-/** Removes the stale files (see `staleFiles`); returns the names removed. */
-export async function removeStaleFiles(
-  dir: string,
-  logging: ReadonlySet<string>,
-  keepDays: number,
-): Promise<string[]> {
-  const removed: string[] = [];
-  for (const name of await staleFiles(dir, logging, keepDays)) {
-    try {
-      await unlink(join(dir, name));
-      removed.push(name);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-    }
-  }
-  return removed;
 }

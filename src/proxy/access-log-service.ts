@@ -1,5 +1,6 @@
 import type { Logger } from "pino";
-import { lastLines, removeStaleFiles, staleFiles } from "./access-log-files.js";
+import { UnsafePathError } from "../util/shared-folder.js";
+import { removeStaleFiles, staleFiles, type Tail, tailLines } from "./access-log-files.js";
 import type { AccessLogKeeper } from "./access-log-keeper.js";
 import { type AccessLogFiles, accessLogFile, loggingOf } from "./access-logs.js";
 import { AccessLogNotFoundError } from "./errors.js";
@@ -30,24 +31,28 @@ export class AccessLogService {
 
   constructor(private readonly o: AccessLogServiceOptions) {}
 
-  /** The newest `n` entries of the route's log, oldest first: each a JSON line Caddy wrote, parsed. */
-  async tail(routeId: string, n: number): Promise<unknown[]> {
+  /**
+   * The newest `n` entries of the route's log, oldest first, each a JSON line Caddy wrote (checked, kept as
+   * text: the answer is those lines in an array), within TAIL_MAX_BYTES of the file; `cut` when older
+   * entries asked for were left out for that limit. A file that fails SharedFolder's checks (a link, a
+   * FIFO, another user's) is refused with UnsafePathError and a warning in the log.
+   */
+  async tail(routeId: string, n: number): Promise<{ entries: string[]; cut: boolean }> {
     const route = await this.o.routes.get(routeId);
     const files = this.o.files;
     if (loggingOf(route) === undefined || files === undefined)
       throw new AccessLogNotFoundError(
         `route ${routeId} has no access log (it is written without access_log: true)`,
       );
-    const lines = await lastLines(accessLogFile(files.dir, routeId), n);
-    const entries: unknown[] = [];
-    for (const line of lines) {
-      try {
-        entries.push(JSON.parse(line));
-      } catch {
-        // A line cut short (a crash mid-write): not an entry.
-      }
+    let tail: Tail;
+    try {
+      tail = await tailLines(accessLogFile(files.dir, routeId), n);
+    } catch (err) {
+      if (err instanceof UnsafePathError)
+        this.o.log.warn({ route_id: routeId, path: err.path, reason: err.reason }, `refused ${err.message}`);
+      throw err;
     }
-    return entries;
+    return { entries: tail.lines.filter(isJsonObject), cut: tail.cut };
   }
 
   /** Sweeps now (see `sweep`), then hourly. */
@@ -81,12 +86,18 @@ export class AccessLogService {
     const files = this.o.files;
     try {
       const look = await this.o.keeper.look();
-      const stale = files && (await staleFiles(files.dir, look.logging, this.o.keepDays));
+      const found = files && staleFiles(files.dir, look.logging, this.o.keepDays);
+      if (found?.refused.length)
+        this.o.log.warn(
+          { files: found.refused, dir: files?.dir },
+          "left alone entries of the access log folder named like logs that are not regular files of its owner (links, folders, FIFOs, another user's files)",
+        );
+      const stale = found?.stale;
       if (look.inLine && !stale?.length) return;
       await this.o.writer.followUp(async () => {
         const logging = this.o.keeper.loggingIds();
         if (files === undefined || logging === undefined || !stale?.length) return;
-        const removed = await removeStaleFiles(files.dir, logging, this.o.keepDays);
+        const removed = removeStaleFiles(files.dir, logging, this.o.keepDays);
         if (removed.length > 0)
           this.o.log.info(
             { files: removed, dir: files.dir },
@@ -96,5 +107,15 @@ export class AccessLogService {
     } catch (err) {
       this.o.log.warn({ err }, "could not look after the access logs");
     }
+  }
+}
+
+/** Whether `line` is a JSON object: a line cut short (a crash mid-write) is not an entry. */
+function isJsonObject(line: string): boolean {
+  try {
+    const v: unknown = JSON.parse(line);
+    return typeof v === "object" && v !== null && !Array.isArray(v);
+  } catch {
+    return false;
   }
 }

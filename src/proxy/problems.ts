@@ -1,4 +1,5 @@
 import { ApiError } from "../http/errors.js";
+import { UnsafePathError } from "../util/shared-folder.js";
 import { withoutPaths } from "../util/without-paths.js";
 import {
   AccessLogNotFoundError,
@@ -47,6 +48,7 @@ export function proxyProblem(err: unknown): ApiError | undefined {
       cause: err.caddyMessage,
       extensions: { captured_state: err.capturedState },
     });
+  if (err instanceof UnsafePathError) return new ApiError("unsafe_file", err.withoutFolders());
   if (err instanceof ChangeNotRecordedError)
     return new ApiError("internal_error", err.message, { cause: err.reason });
   return undefined;

@@ -3,7 +3,7 @@ import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { lastLines, routeIdOfFile } from "../../src/proxy/access-log-files.js";
+import { lastLines, routeIdOfFile, TAIL_MAX_BYTES, tailLines } from "../../src/proxy/access-log-files.js";
 import { accessLogFile, accessLoggerName } from "../../src/proxy/access-logs.js";
 
 /* The files' side of the access logs, without Caddy: reading the newest lines backwards, and file names. */
@@ -39,6 +39,28 @@ describe("the newest lines of a file, read backwards", () => {
     appendFileSync(file, "ee\n");
     assert.deepEqual(await lastLines(file, 1), ["three"]);
     assert.deepEqual(await lastLines(join(dir, "none.log"), 5), []);
+  });
+});
+
+describe("what one read of the newest lines takes", () => {
+  test("at most the file's last TAIL_MAX_BYTES, whatever the count asked, and it says when it cut", async (t) => {
+    const file = join(tempDir(t), "big.log");
+    // 3 MiB of 1 KiB lines: 10,000 asked, about 2,000 fit.
+    const line = (i: number) => `{"i":${i},"pad":"${"x".repeat(1000)}"}`;
+    const lines = Array.from({ length: 3000 }, (_, i) => line(i));
+    writeFileSync(file, `${lines.join("\n")}\n`);
+    const tail = await tailLines(file, 10_000);
+    assert.equal(tail.cut, true);
+    const bytes = tail.lines.reduce((sum, l) => sum + Buffer.byteLength(l) + 1, 0);
+    assert.ok(bytes <= TAIL_MAX_BYTES, `${bytes} bytes`);
+    assert.ok(tail.lines.length > 1900, `${tail.lines.length} lines`);
+    assert.deepEqual(tail.lines, lines.slice(-tail.lines.length));
+    // What fits is not cut; neither is a whole file read.
+    assert.deepEqual(await tailLines(file, 100), { lines: lines.slice(-100), cut: false });
+    assert.deepEqual(await tailLines(file, 10_000, 4 * 1024 * 1024), { lines, cut: false });
+    // A newest line longer than the limit: no line, and cut.
+    writeFileSync(file, `${"y".repeat(200)}\n`);
+    assert.deepEqual(await tailLines(file, 5, 100), { lines: [], cut: true });
   });
 });
 

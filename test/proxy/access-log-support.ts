@@ -4,6 +4,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestContext } from "node:test";
+import type pino from "pino";
 import { buildTestApp } from "../helpers/app.js";
 import { caddyMetric, startCaddy, type TestCaddy } from "../helpers/caddy.js";
 import { closeAfter, proxyExchange, sentAgainOnReset } from "../helpers/http.js";
@@ -36,17 +37,25 @@ export const write = (domain: string, port: number, extra: Record<string, unknow
 });
 
 /** A real Caddy, and an agent on it whose access logs go to a folder of the test's own. */
-export async function accessLogSetup(t: TestContext, env: Record<string, string> = {}) {
+export async function accessLogSetup(
+  t: TestContext,
+  env: Record<string, string> = {},
+  opts: { logger?: pino.Logger } = {},
+) {
   const caddy = await startCaddy(t);
   const dir = mkdtempSync(join(tmpdir(), "hk-access-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const h = await buildTestApp(t, {
-    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
-    HOSTKEEPER_ACCESS_LOG_DIR: dir,
-    // A change that finds the writer idle goes at once: what waits behind it is one batch.
-    HOSTKEEPER_ROUTE_GATHER_MAX_MS: "0",
-    ...env,
-  });
+  const h = await buildTestApp(
+    t,
+    {
+      HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+      HOSTKEEPER_ACCESS_LOG_DIR: dir,
+      // A change that finds the writer idle goes at once: what waits behind it is one batch.
+      HOSTKEEPER_ROUTE_GATHER_MAX_MS: "0",
+      ...env,
+    },
+    opts,
+  );
   const send = (host: string, path = "/", headers: Record<string, string> = {}, agent?: http.Agent) =>
     sentAgainOnReset(() =>
       proxyExchange(caddy.httpPort, host, { path, headers, ...(agent ? { agent } : {}) }),
