@@ -1,3 +1,5 @@
+import { createConnection, Socket } from "node:net";
+import { basename, dirname } from "node:path";
 import { pipeline, Readable } from "node:stream";
 import {
   type CaddyErrorReason,
@@ -14,7 +16,32 @@ import type {
   RequestOptions,
 } from "../util/node-builtins.js";
 import { http } from "../util/node-builtins.js";
+import { SharedFolder, UnsafePathError } from "../util/shared-folder.js";
 import { neverSent, retriedAcrossReload } from "./retry.js";
+
+/**
+ * Connections to the admin socket: Caddy's folder (`/run/hostkeeper-caddy` for the packaged Caddy) is Caddy's
+ * user's, who could put a link to another daemon's socket in its place, and the agent, as root, would send
+ * it the routes. Each connection opens the socket file through SharedFolder (a link, anything but a socket,
+ * another user's socket is refused) and connects through the descriptor of that very file.
+ */
+function unixConnection(socketPath: string): () => Socket {
+  return () => {
+    let held: { path: string; close: () => void };
+    try {
+      held = SharedFolder.with(dirname(socketPath), {}, (folder) => folder.socket(basename(socketPath)));
+    } catch (err) {
+      // No socket file (Caddy between two admin servers): nothing was sent, as when a connect fails.
+      if (!(err instanceof UnsafePathError)) (err as NodeJS.ErrnoException).syscall = "connect";
+      const refused = new Socket();
+      process.nextTick(() => refused.destroy(err as Error));
+      return refused;
+    }
+    const socket = createConnection({ path: held.path });
+    socket.once("connect", held.close).once("close", held.close);
+    return socket;
+  };
+}
 
 /** What a request body is written in at most, but for one piece longer than it. */
 const CHUNK = 64 * 1024;
@@ -150,7 +177,7 @@ export class CaddyAdmin {
   ) {
     this.base =
       address.kind === "unix"
-        ? { socketPath: address.socketPath, headers: { host: "localhost" } }
+        ? { createConnection: unixConnection(address.socketPath), headers: { host: "localhost" } }
         : { host: address.url.hostname, port: Number(address.url.port), headers: { host: address.url.host } };
   }
 
@@ -231,13 +258,21 @@ export class CaddyAdmin {
       );
     }
     if (opts.ifMatch) headers["if-match"] = opts.ifMatch;
-    const req = http.request({ ...this.base, method, path, headers, agent: false });
+    // No agent: a socket of its own per request (with createConnection for the unix socket, which an agent would ignore).
+    const req = http.request({
+      ...this.base,
+      method,
+      path,
+      headers,
+      agent: this.base.createConnection ? undefined : false,
+    });
     req.on("error", (err: NodeJS.ErrnoException) =>
       fail(
         // The address stays out of the message, which may reach a client; the start-up log names it.
-        new CaddyUnavailableError(`Caddy's admin API is unreachable: ${err.code ?? err.message}`, {
-          cause: err,
-        }),
+        new CaddyUnavailableError(
+          `Caddy's admin API is unreachable: ${err instanceof UnsafePathError ? err.withoutFolders() : (err.code ?? err.message)}`,
+          { cause: err },
+        ),
       ),
     );
     if (body instanceof JsonPieces) body.writeTo(req);

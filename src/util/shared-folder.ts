@@ -1,6 +1,10 @@
-import { basename, isAbsolute, join, normalize } from "node:path";
-import type { Stats } from "./node-builtins.js";
-import { fs } from "./node-builtins.js";
+import { join, normalize } from "node:path";
+import { fs, type Stats } from "./node-builtins.js";
+import { at, code, openStep, othersWrite, type SharedFolderOptions, walk } from "./shared-folder-walk.js";
+import { UnsafePathError } from "./unsafe-path.js";
+
+export type { SharedFolderOptions } from "./shared-folder-walk.js";
+export { UnsafePathError } from "./unsafe-path.js";
 
 const {
   closeSync,
@@ -8,12 +12,12 @@ const {
   fchownSync,
   fstatSync,
   lstatSync,
-  mkdirSync,
   openSync,
   readdirSync,
-  readlinkSync,
+  readSync,
+  unlinkSync,
+  writeSync,
 } = fs;
-const { readSync, unlinkSync, writeSync } = fs;
 
 /*
  * The one way the agent, running as root, touches a folder another user can write: Caddy's storage and its
@@ -23,52 +27,14 @@ const { readSync, unlinkSync, writeSync } = fs;
  * no rename or link of a folder on the way redirects what is done in it once it is open.
  */
 
-/** A folder: never through a link, never blocking (a FIFO in its place fails the type check, not the open). */
-const DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
-/** A file to read: the same, and checked with `fstat` once open. */
+/** A file to read: never through a link, never blocking, and checked with `fstat` once open. */
 const READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 /** A new file only: whatever is at the name (a link put there meanwhile) makes the open fail. */
 const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
-/** Links a walk follows in root's own folders before it gives up (as the kernel's own limit). */
-const MAX_LINKS = 40;
+/** Linux's O_PATH (the same on x86-64 and arm64), which Node does not export: a descriptor of the file itself. */
+const O_PATH = 0o10000000;
 
-/** A folder or file that failed a check: a link, not a folder or a regular file, another user's, writable by others. */
-export class UnsafePathError extends Error {
-  constructor(
-    readonly path: string,
-    readonly reason: string,
-  ) {
-    super(`${path} ${reason}: the agent does not use it`);
-    this.name = "UnsafePathError";
-  }
-
-  /** The message with the folders left out (for a problem: the agent's log names the whole path). */
-  withoutFolders(): string {
-    return `${basename(this.path) || this.path} ${this.reason}: the agent does not use it (its log names the path)`;
-  }
-}
-
-export interface SharedFolderOptions {
-  /**
-   * The user every folder from the first one that root does not own, and every file, must belong to (Caddy's
-   * user). Default: the owner of that first folder; root when the whole path is root's.
-   */
-  owner?: number;
-  /** Make missing folders, mode 0700, given to the owner. */
-  create?: boolean;
-}
-
-const at = (fd: number, name: string) => `/proc/self/fd/${fd}/${name}`;
-const code = (err: unknown) => (err as NodeJS.ErrnoException).code;
 const asRoot = () => process.geteuid?.() === 0;
-
-/** Why a folder's mode lets users other than its owner (and root) change what is in it; undefined when it does not. */
-function othersWrite(st: Stats, stickyAllowed: boolean): string | undefined {
-  if (stickyAllowed && st.mode & 0o1000) return undefined;
-  if (st.mode & 0o002) return "is writable by every user";
-  if (st.mode & 0o020 && st.gid !== 0) return `is writable by group ${st.gid}`;
-  return undefined;
-}
 
 /** A name of one entry of a folder: no `/`, not `.` or `..`. */
 function entryName(name: string): string {
@@ -92,6 +58,8 @@ export class SharedFolder {
     /** The user its files must belong to, and the group files it makes are given. */
     readonly owner: number,
     private readonly group: number,
+    /** The owner the caller named, if any. */
+    private readonly named: number | undefined,
   ) {}
 
   /**
@@ -102,7 +70,7 @@ export class SharedFolder {
    */
   static open(path: string, o: SharedFolderOptions = {}): SharedFolder {
     const w = walk(path, o);
-    return new SharedFolder(normalize(path), w.fd, w.owner, w.group);
+    return new SharedFolder(normalize(path), w.fd, w.owner, w.group, o.owner);
   }
 
   /**
@@ -154,7 +122,7 @@ export class SharedFolder {
       closeSync(step.fd);
       throw err;
     }
-    return new SharedFolder(label, step.fd, this.owner, this.group);
+    return new SharedFolder(label, step.fd, this.owner, this.group, this.named);
   }
 
   /**
@@ -174,14 +142,7 @@ export class SharedFolder {
     try {
       const stat = fstatSync(fd);
       if (!stat.isFile()) throw this.unsafe(name, "is not a regular file");
-      // Root's own file with one name (written by the agent, or by a Caddy that runs as root) is accepted;
-      // a second name of a root's file elsewhere (a hard link) is not.
-      const roots = stat.uid === 0 && stat.nlink === 1;
-      if (stat.uid !== this.owner && !roots)
-        throw this.unsafe(
-          name,
-          `belongs to uid ${stat.uid}, not ${this.owner}${stat.uid === 0 ? " (a hard link)" : ""}`,
-        );
+      this.checkOwner(name, stat);
       return { fd, stat };
     } catch (err) {
       closeSync(fd);
@@ -235,6 +196,43 @@ export class SharedFolder {
     }
   }
 
+  /**
+   * Opens the unix socket `name` for a connection (as `/proc/self/fd/<n>`, which the kernel resolves through
+   * the descriptor of that very socket file: a link is refused, never followed). `close` once connected.
+   */
+  socket(name: string): { path: string; close: () => void } {
+    const fd = openSync(this.entry(name), O_PATH | constants.O_NOFOLLOW);
+    try {
+      const stat = fstatSync(fd);
+      if (stat.isSymbolicLink()) throw this.unsafe(name, "is a link");
+      if (!stat.isSocket()) throw this.unsafe(name, "is not a socket");
+      this.checkOwner(name, stat);
+    } catch (err) {
+      closeSync(fd);
+      throw err;
+    }
+    let open = true;
+    const close = () => {
+      if (open) closeSync(fd);
+      open = false;
+    };
+    return { path: `/proc/self/fd/${fd}`, close };
+  }
+
+  /**
+   * A file must be the owner's; root's with one name (written by the agent, or by a Caddy that runs as root),
+   * never a second name of a root's file elsewhere (a hard link); in a sticky folder anyone writes (/tmp),
+   * each entry is its owner's, so any user's but another than the owner named.
+   */
+  private checkOwner(name: string, stat: Stats): void {
+    if (stat.uid === this.owner || (stat.uid === 0 && stat.nlink === 1)) return;
+    const folder = fstatSync(this.fd);
+    const sticky = folder.uid === 0 && (folder.mode & 0o1002) === 0o1002;
+    if (sticky && stat.uid !== 0 && (this.named === undefined || stat.uid === this.named)) return;
+    const hardLink = stat.uid === 0 ? " (a hard link)" : "";
+    throw this.unsafe(name, `belongs to uid ${stat.uid}, not ${this.named ?? this.owner}${hardLink}`);
+  }
+
   private entry(name: string): string {
     if (this.closed) throw new Error(`${this.path} is closed`);
     return at(this.fd, name === "." ? "." : entryName(name));
@@ -242,154 +240,5 @@ export class SharedFolder {
 
   private unsafe(name: string, reason: string): UnsafePathError {
     return new UnsafePathError(join(this.path, name), reason);
-  }
-}
-
-interface WalkState {
-  fd: number;
-  /** Where the walk is, for messages and relative links. */
-  at: string;
-  /** The owner of the first folder that is not root's, once the walk has passed one, and its group. */
-  zoneOwner: number | undefined;
-  zoneGroup: number;
-  stat: Stats;
-}
-
-/** The folder at `path` held open, and the user its files must belong to; see `SharedFolder.open`. */
-function walk(
-  path: string,
-  o: SharedFolderOptions & { stopAtMissing?: boolean },
-): { fd: number; owner: number; group: number } {
-  if (!isAbsolute(path)) throw new Error(`not an absolute path: ${path}`);
-  let pending = normalize(path)
-    .split("/")
-    .filter((p) => p !== "");
-  const root = openSync("/", DIR);
-  const s: WalkState = { fd: root, at: "/", zoneOwner: undefined, zoneGroup: 0, stat: fstatSync(root) };
-  let links = 0;
-  try {
-    while (pending.length > 0) {
-      const name = pending.shift() as string;
-      if (name === ".") continue;
-      const link = linkTarget(s, name);
-      if (link !== undefined) {
-        if (++links > MAX_LINKS) throw new UnsafePathError(path, "has too many links on the way");
-        pending = [...link.split("/").filter((p) => p !== ""), ...pending];
-        if (link.startsWith("/")) restart(s);
-        continue;
-      }
-      if (name === ".." && s.zoneOwner !== undefined)
-        throw new UnsafePathError(path, "leads out of a folder another user owns");
-      // With an owner named, folders are made only inside that owner's part: a storage moved into root's
-      // folders gets none of the owner's there.
-      const mayCreate =
-        o.create === true &&
-        name !== ".." &&
-        (o.owner === undefined || o.owner === 0 || s.zoneOwner !== undefined);
-      let step: { fd: number; stat: Stats };
-      try {
-        step = openStep(s.fd, name, join(s.at, name), createdOwner(s, o.owner), mayCreate);
-      } catch (err) {
-        if (o.stopAtMissing && code(err) === "ENOENT") break;
-        if (o.create && !mayCreate && code(err) === "ENOENT")
-          throw new UnsafePathError(s.at, `belongs to uid 0, not to uid ${o.owner}`);
-        throw err;
-      }
-      closeSync(s.fd);
-      s.fd = step.fd;
-      s.at = join(s.at, name);
-      passFolder(s, step.stat, o.owner);
-    }
-    const owner = s.zoneOwner ?? 0;
-    if (o.owner !== undefined && owner !== o.owner && !o.stopAtMissing)
-      throw new UnsafePathError(path, `belongs to uid ${owner}, not to uid ${o.owner}`);
-    return { fd: s.fd, owner, group: s.zoneGroup };
-  } catch (err) {
-    closeSync(s.fd);
-    throw err;
-  }
-}
-
-/** The target of the link `name` when the walk may follow it (only root could have put it there); undefined when `name` is no link. */
-function linkTarget(s: WalkState, name: string): string | undefined {
-  if (name === "..") return undefined;
-  const st = lstatSync(at(s.fd, name), { throwIfNoEntry: false });
-  if (st === undefined || !st.isSymbolicLink()) return undefined;
-  const rootOnly = s.zoneOwner === undefined && s.stat.uid === 0 && othersWrite(s.stat, false) === undefined;
-  const rootsInSticky = s.zoneOwner === undefined && s.stat.uid === 0 && st.uid === 0 && s.stat.mode & 0o1000;
-  if (!rootOnly && !rootsInSticky)
-    throw new UnsafePathError(join(s.at, name), "is a link another user could have put there");
-  return readlinkSync(at(s.fd, name));
-}
-
-function isLink(dirFd: number, name: string): boolean {
-  return lstatSync(at(dirFd, name), { throwIfNoEntry: false })?.isSymbolicLink() === true;
-}
-
-/** Whom a folder the walk makes is given to: the owner asked for, else the owner of the part it is in. */
-function createdOwner(s: WalkState, owner: number | undefined): { uid: number; gid: number } | undefined {
-  if (owner !== undefined) return { uid: owner, gid: s.zoneOwner === owner ? s.zoneGroup : owner };
-  return s.zoneOwner === undefined ? undefined : { uid: s.zoneOwner, gid: s.zoneGroup };
-}
-
-function restart(s: WalkState): void {
-  closeSync(s.fd);
-  s.fd = openSync("/", DIR);
-  s.at = "/";
-  s.stat = fstatSync(s.fd);
-}
-
-/** Checks the folder the walk has just entered, and notes where the owner's part of the path begins. */
-function passFolder(s: WalkState, st: Stats, owner: number | undefined): void {
-  s.stat = st;
-  const inZone = s.zoneOwner !== undefined;
-  if (!inZone && st.uid === 0) {
-    const why = othersWrite(st, true);
-    if (why) throw new UnsafePathError(s.at, why);
-    return;
-  }
-  if (!inZone) {
-    if (owner !== undefined && st.uid !== owner)
-      throw new UnsafePathError(s.at, `belongs to uid ${st.uid}, not to uid ${owner}`);
-    s.zoneOwner = st.uid;
-    s.zoneGroup = st.gid;
-  } else if (st.uid !== s.zoneOwner && st.uid !== 0)
-    throw new UnsafePathError(s.at, `belongs to uid ${st.uid}, not to uid ${s.zoneOwner}`);
-  const why = othersWrite(st, false);
-  if (why) throw new UnsafePathError(s.at, why);
-}
-
-/**
- * Opens the folder `name` in the folder `dirFd` (never through a link: a link there is ELOOP, reported as
- * such); made, mode 0700 and given to `owner`, when missing and `create`. `label` names it in errors.
- */
-function openStep(
-  dirFd: number,
-  name: string,
-  label: string,
-  owner: { uid: number; gid: number } | undefined,
-  create: boolean,
-): { fd: number; stat: Stats } {
-  let madeHere = false;
-  for (let tries = 0; ; tries++) {
-    try {
-      const fd = openSync(at(dirFd, name), DIR);
-      const stat = fstatSync(fd);
-      if (!madeHere || !asRoot() || owner === undefined || owner.uid === stat.uid) return { fd, stat };
-      fchownSync(fd, owner.uid, owner.gid);
-      return { fd, stat: fstatSync(fd) };
-    } catch (err) {
-      // O_DIRECTORY with O_NOFOLLOW answers ENOTDIR for a link (ELOOP on some kernels): told apart here.
-      if (code(err) === "ELOOP" || code(err) === "ENOTDIR")
-        throw new UnsafePathError(label, isLink(dirFd, name) ? "is a link" : "is not a folder");
-      if (code(err) !== "ENOENT" || !create || tries > 0) throw err;
-    }
-    try {
-      mkdirSync(at(dirFd, name), 0o700);
-      madeHere = true;
-    } catch (err) {
-      // Made meanwhile by someone else: opened and checked like any folder found there, never given away.
-      if (code(err) !== "EEXIST") throw err;
-    }
   }
 }
