@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import { buildTestApp } from "../helpers/app.js";
+import { capturedLogger } from "../helpers/logs.js";
 import { DAY, type Entry, peerCertificate, testCa, tlsSetup } from "./support.js";
 
 /** The operator's domain as set, and as the agent holds it (its route id). */
@@ -79,4 +81,35 @@ describe("a custom certificate may not cover the operator's domain", () => {
       entry.serial,
     );
   });
+});
+
+test("a certificate stored before the operator's domain was set stays loaded, with a warning at start", async (t) => {
+  const s = await tlsSetup(t);
+  const ca = testCa(t);
+  const cert = ca.issue(
+    ["*.xn--bcher-kva.test"],
+    new Date(Date.now() - DAY),
+    new Date(Date.now() + 10 * DAY),
+  );
+  const r = await s.call({
+    method: "PUT",
+    url: "/v1/proxy/certificates/before",
+    payload: { certificate_pem: cert.cert, key_pem: cert.key },
+  });
+  assert.equal(r.statusCode, 201, r.body);
+  await s.app.close();
+  const { log, lines } = capturedLogger("warn");
+  const again = await buildTestApp(
+    t,
+    { ...s.env, HOSTKEEPER_OPERATOR_DOMAIN: OPERATOR },
+    { dataDir: s.config.agent.dataDir, logger: log },
+  );
+  await again.app.services.certificates.whenConformed();
+  const warned = lines
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+    .filter((l) => l.certificate === "before");
+  assert.equal(warned.length, 1, lines.join("\n"));
+  assert.equal(warned[0]?.name, "*.xn--bcher-kva.test");
+  assert.equal(warned[0]?.operator_domain, OPERATOR_ID);
+  assert.equal((await again.call({ method: "GET", url: "/v1/proxy/certificates/before" })).statusCode, 200);
 });
