@@ -20,3 +20,18 @@ export class CertificateNotFoundError extends Error {
 export class CertificateStorageUnknownError extends Error {
   override readonly name = "CertificateStorageUnknownError";
 }
+
+/** A custom certificate one of whose names covers the operator's domain, which the agent alone serves. */
+export class CertificateCoversOperatorDomainError extends Error {
+  override readonly name = "CertificateCoversOperatorDomainError";
+
+  constructor(
+    readonly operatorDomain: string,
+    /** The certificate's name (subjectAltName or CN) that covers it. */
+    readonly coveredBy: string,
+  ) {
+    super(
+      `the certificate's name ${coveredBy} covers ${operatorDomain}, the operator's domain: only the agent serves it, with the certificate Caddy manages for it`,
+    );
+  }
+}

@@ -25,7 +25,7 @@ const putSchema = {
   operationId: "putCertificate",
   summary: "Put a custom certificate",
   description:
-    "Stores the certificate chain and key as the custom certificate `name` and loads them into Caddy from files only Caddy's user can read: the hosts it covers are served with it instead of an issued certificate. A certificate of the same name is replaced in the same config change. 400 when the chain does not parse, the key is not the leaf's, the leaf has expired, or both are over 64 KiB together.",
+    "Stores the certificate chain and key as the custom certificate `name` and loads them into Caddy from files only Caddy's user can read: the hosts it covers are served with it instead of an issued certificate. A certificate of the same name is replaced in the same config change. 400 when the chain does not parse, the key is not the leaf's, the leaf has expired, or both are over 64 KiB together; 409 `operator_domain_reserved` when one of the leaf's names (subjectAltName or CN) covers the operator's domain.",
   params: CertificateNameParamsSchema,
   body: RefTo(CustomCertificateRequestSchema),
   response: {
@@ -36,6 +36,7 @@ const putSchema = {
       "malformed_body",
       "payload_too_large",
       "unsupported_media_type",
+      "operator_domain_reserved",
       "proxy_unavailable",
       "proxy_rejected_change",
       "certificate_storage_unknown",

@@ -24,10 +24,15 @@ import {
   policyFor,
   statusOf,
 } from "./entries.js";
-import { CertificateNotFoundError, CertificateStorageUnknownError } from "./errors.js";
+import {
+  CertificateCoversOperatorDomainError,
+  CertificateNotFoundError,
+  CertificateStorageUnknownError,
+} from "./errors.js";
 import { JournalErrors } from "./journal-errors.js";
 import { type ObtainError, ObtainErrorLog } from "./obtain-errors.js";
 import { checkCustomCertificate } from "./pem.js";
+import { nameCovering } from "./served-names.js";
 
 export interface CertificateServiceOptions {
   tls: CaddyTlsConfig;
@@ -37,6 +42,8 @@ export interface CertificateServiceOptions {
   /** Where Caddy keeps its data (its XDG_DATA_HOME) when its config names no storage: known for the embedded one. */
   caddyDataDir: string | undefined;
   warningDays: number;
+  /** The operator's domain (its route id), which no custom certificate may cover; undefined without one. */
+  operatorDomain?: string | undefined;
   /** The systemd unit whose journal holds Caddy's log when that log is written to no file (the packaged Caddy). */
   caddyJournalUnit?: string | undefined;
   now: () => number;
@@ -233,6 +240,12 @@ export class CertificateService {
     keyPem: string,
   ): Promise<{ created: boolean; entry: CertificateEntry }> {
     const checked = checkCustomCertificate(certificatePem, keyPem, new Date(this.o.now()));
+    // Caddy prefers a loaded certificate to the one it manages: one covering the operator's domain would
+    // be served for it, and the operator's route is not the API's to change.
+    const operator = this.o.operatorDomain;
+    const covering = operator === undefined ? undefined : nameCovering(checked.certificatePem, operator);
+    if (operator !== undefined && covering !== undefined)
+      throw new CertificateCoversOperatorDomainError(operator, covering);
     const cert = customCertificate(name, checked.certificatePem, checked.keyPem);
     return this.serial(() =>
       this.warned(async () => {
@@ -318,6 +331,7 @@ export class CertificateService {
 
   private async conformOnce(): Promise<void> {
     const certs = this.o.store.all();
+    this.warnOperatorCovered(certs);
     const copies = await this.copies();
     copies.write(certs);
     const changed = await this.load(copies, certs);
@@ -327,6 +341,23 @@ export class CertificateService {
         { certificates: certs.map((c) => c.name) },
         "loaded the custom certificates into Caddy",
       );
+  }
+
+  /**
+   * A custom certificate put before the operator's domain was set (or before the agent refused such) and
+   * covering it is still loaded: the agent keeps what it holds, and says so at every start.
+   */
+  private warnOperatorCovered(certs: readonly CustomCertificate[]): void {
+    const operator = this.o.operatorDomain;
+    if (operator === undefined) return;
+    for (const c of certs) {
+      const covering = nameCovering(c.certificatePem, operator);
+      if (covering !== undefined)
+        this.o.log.warn(
+          { certificate: c.name, name: covering, operator_domain: operator },
+          "a custom certificate covers the operator's domain and is served for it: delete it",
+        );
+    }
   }
 
   /** Resolves once the start's conformance is done. */

@@ -85,6 +85,7 @@ export function buildAreas(
       ? embeddedCaddyFiles(agent.dataDir).dataHome
       : config.certificates.caddyDataDir,
     warningDays: config.certificates.certExpiryWarningDays,
+    operatorDomain: proxy.operatorDomain,
     caddyJournalUnit: embeddedCaddy ? undefined : config.certificates.caddyJournalUnit,
     now,
     log: logger.child({ component: "certificates" }),

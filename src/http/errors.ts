@@ -26,6 +26,7 @@ export const problemCodes = {
   method_not_allowed: { status: 405, title: "Method not allowed" },
   route_exists: { status: 409, title: "Route already exists" },
   host_conflict: { status: 409, title: "Host is served by another route" },
+  operator_domain_reserved: { status: 409, title: "Operator's domain is reserved to the agent" },
   route_request_unknown: { status: 409, title: "No write request makes the route as Caddy holds it" },
   restore_conflict: { status: 409, title: "Restore does not apply to the route as it is now" },
   event_pending: { status: 409, title: "Event is still pending" },

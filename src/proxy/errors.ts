@@ -49,6 +49,23 @@ export class OperatorRouteImmutableError extends Error {
   }
 }
 
+/**
+ * A route write or restore that would make a route answer for the operator's domain: a host of its
+ * matchers covers it (`redirect_from` naming it, a wildcard domain over it), or a matcher set takes any host.
+ */
+export class OperatorDomainReservedError extends Error {
+  override readonly name = "OperatorDomainReservedError";
+
+  constructor(
+    message: string,
+    readonly operatorDomain: string,
+    /** The host that covers it; null for a matcher set without a host matcher. */
+    readonly coveredBy: string | null,
+  ) {
+    super(message);
+  }
+}
+
 /** A replace whose domain derives to another id than the route it names. */
 export class RouteIdMismatchError extends Error {
   override readonly name = "RouteIdMismatchError";

@@ -7,6 +7,7 @@ import {
   ChangeNotRecordedError,
   ChangeRejectedError,
   HostTakenError,
+  OperatorDomainReservedError,
   OperatorRouteImmutableError,
   ProxyUnavailableError,
   RestoreConflictError,
@@ -33,6 +34,10 @@ export function proxyProblem(err: unknown): ApiError | undefined {
   if (err instanceof RouteNotWrittenError) return new ApiError("route_request_unknown", err.message);
   if (err instanceof OperatorRouteImmutableError)
     return new ApiError("operator_route_immutable", err.message);
+  if (err instanceof OperatorDomainReservedError)
+    return new ApiError("operator_domain_reserved", err.message, {
+      extensions: { operator_domain: err.operatorDomain, covered_by: err.coveredBy },
+    });
   if (err instanceof RouteIdMismatchError)
     return new ApiError("validation_failed", `body.${err.message}`, {
       errors: [{ field: "body.domain", message: `derives to ${err.derived}, not to ${err.routeId}` }],

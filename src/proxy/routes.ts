@@ -2,7 +2,7 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyRequest } from "fastify";
 import type { DenyList } from "../events/egress.js";
 import { callbackUrlError } from "../http/callback-url.js";
-import { bodyFieldErrors, validationFailed } from "../http/errors.js";
+import { bodyFieldErrors, type ProblemCode, validationFailed } from "../http/errors.js";
 import { BODY_OPTIONAL } from "../http/openapi.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
@@ -25,7 +25,7 @@ const RouteRef = Type.Ref("Route");
 const TAGS = ["proxy"];
 
 /** What replace and delete can answer besides success. */
-const changeProblems = problemResponses(
+const changeCodes: ProblemCode[] = [
   "validation_failed",
   "malformed_body",
   "operator_route_immutable",
@@ -36,7 +36,7 @@ const changeProblems = problemResponses(
   "proxy_unavailable",
   "proxy_rejected_change",
   "proxy_rollback_failed",
-);
+];
 
 const listSchema = {
   tags: TAGS,
@@ -55,7 +55,7 @@ const createSchema = {
   operationId: "createRoute",
   summary: "Create a route",
   description:
-    "Creates a reverse-proxy route for `domain`, with the site policies the request asks for (docs/api/proxy-routes.md). The route `@id` is the normalised domain. 409 `route_exists` when the id is in use in Caddy's config; 409 `host_conflict` when another route serves the domain or a `redirect_from` host. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
+    "Creates a reverse-proxy route for `domain`, with the site policies the request asks for (docs/api/proxy-routes.md). The route `@id` is the normalised domain. 409 `route_exists` when the id is in use in Caddy's config; 409 `host_conflict` when another route serves the domain or a `redirect_from` host; 409 `operator_domain_reserved` when the domain (a wildcard) or a `redirect_from` host covers the operator's domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
   body: RefTo(RouteWriteRequestSchema),
   response: {
     201: {
@@ -69,6 +69,7 @@ const createSchema = {
       "malformed_body",
       "route_exists",
       "host_conflict",
+      "operator_domain_reserved",
       "payload_too_large",
       "unsupported_media_type",
       "proxy_unavailable",
@@ -122,7 +123,7 @@ const restoreSchema = {
   operationId: "restoreRoute",
   summary: "Put back the state a change captured",
   description:
-    "Puts back the route state captured by the change `change_id` of this route, as a change of its own (in the history, with its own backup and, with `callback_url`, its own `route_backup` and `route_change` events). The change decides what happens: one that created the route (no previous state) is undone by removing the route; one that deleted it, by creating the captured route again; one that replaced it, by replacing the current route with the captured one. 409 when that does not fit the route as it is now: removing or replacing a route the managed server no longer has, or re-creating one whose `@id` is in use in Caddy's config again. 404 when the route has no recorded change or `change_id` is not one of its changes; 403 for the operator's route.",
+    "Puts back the route state captured by the change `change_id` of this route, as a change of its own (in the history, with its own backup and, with `callback_url`, its own `route_backup` and `route_change` events). The change decides what happens: one that created the route (no previous state) is undone by removing the route; one that deleted it, by creating the captured route again; one that replaced it, by replacing the current route with the captured one. 409 when that does not fit the route as it is now: removing or replacing a route the managed server no longer has, or re-creating one whose `@id` is in use in Caddy's config again; 409 `operator_domain_reserved` when the captured route would take requests for the operator's domain. 404 when the route has no recorded change or `change_id` is not one of its changes; 403 for the operator's route.",
   params: RouteIdParamsSchema,
   body: RefTo(RouteRestoreRequestSchema),
   response: {
@@ -134,6 +135,7 @@ const restoreSchema = {
       "route_not_found",
       "change_not_found",
       "restore_conflict",
+      "operator_domain_reserved",
       "payload_too_large",
       "unsupported_media_type",
       "proxy_unavailable",
@@ -148,10 +150,13 @@ const replaceSchema = {
   operationId: "replaceRoute",
   summary: "Replace a route",
   description:
-    "Fully replaces the route `route_id`, site policies included (a field left out is a policy removed); `domain` must derive to the same id. 409 `host_conflict` when another route serves the domain or a `redirect_from` host. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`.",
+    "Fully replaces the route `route_id`, site policies included (a field left out is a policy removed); `domain` must derive to the same id. 409 `host_conflict` when another route serves the domain or a `redirect_from` host; 409 `operator_domain_reserved` when the domain (a wildcard) or a `redirect_from` host covers the operator's domain. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`.",
   params: RouteIdParamsSchema,
   body: RefTo(RouteWriteRequestSchema),
-  response: { 200: jsonContent(RouteRef, "The route as written to Caddy."), ...changeProblems },
+  response: {
+    200: jsonContent(RouteRef, "The route as written to Caddy."),
+    ...problemResponses(...changeCodes, "operator_domain_reserved"),
+  },
 };
 
 const deleteSchema = {
@@ -163,7 +168,7 @@ const deleteSchema = {
   params: RouteIdParamsSchema,
   body: RefTo(RouteDeleteRequestSchema),
   [BODY_OPTIONAL]: true,
-  response: { 204: { description: "Deleted.", type: "null" }, ...changeProblems },
+  response: { 204: { description: "Deleted.", type: "null" }, ...problemResponses(...changeCodes) },
 };
 
 /** The request's id (the caller's `x-request-id` when usable, see genReqId): recorded with the change. */

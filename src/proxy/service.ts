@@ -10,6 +10,7 @@ import {
   ChangeNotRecordedError,
   ChangeRejectedError,
   HostTakenError,
+  OperatorDomainReservedError,
   OperatorRouteImmutableError,
   ProxyUnavailableError,
   RestoreConflictError,
@@ -28,6 +29,7 @@ import {
   RecordedChange,
   settledOutcome,
 } from "./journal.js";
+import { operatorHostOf, requestFieldOf } from "./operator-host.js";
 import { type Op, opId, type RouteJson } from "./plan.js";
 import type { RouteWriteRequest } from "./schemas.js";
 import type { RouteChangeStore, SettledOutcome } from "./store.js";
@@ -138,6 +140,7 @@ export class RouteService {
     const { id, route } = this.built(request);
     if (id === this.o.operatorRouteId)
       throw new RouteExistsError(`${id} is the operator's route, which the agent manages itself`);
+    this.guardOperatorHost(route, (host) => requestFieldOf(request, id, host));
     const result = await this.change({ kind: "create", route }, "create", {
       callbackUrl: request.callback_url,
       ctx,
@@ -149,6 +152,7 @@ export class RouteService {
     this.guardOperator(routeId);
     const { id, route } = this.built(request);
     if (id !== routeId) throw new RouteIdMismatchError(id, routeId);
+    this.guardOperatorHost(route, (host) => requestFieldOf(request, id, host));
     const result = await this.change({ kind: "replace", id, route }, "replace", {
       callbackUrl: request.callback_url,
       ctx,
@@ -182,6 +186,12 @@ export class RouteService {
     if (this.o.journal.isInFlight(row.id))
       throw new RestoreConflictError(`change ${row.id} of route ${routeId} is still being applied`);
     const { op, action } = restorePlan(row);
+    if (op.kind !== "delete")
+      this.guardOperatorHost(op.route, (host) =>
+        host === null
+          ? `a matcher set without a host matcher in change ${row.id}'s captured route (it takes every host)`
+          : `the host ${host} of change ${row.id}'s captured route`,
+      );
     const result = await this.change(op, "restore", {
       callbackUrl,
       ctx,
@@ -227,6 +237,21 @@ export class RouteService {
         },
       ]);
     return buildRoute(request);
+  }
+
+  /**
+   * Refuses a route that would answer for the operator's domain, whether or not the operator's route is in
+   * Caddy yet (the writer's host check sees only routes that are). `what` says what covers it.
+   */
+  private guardOperatorHost(route: RouteJson, what: (host: string | null) => string): void {
+    const domain = this.o.operatorRouteId;
+    const host = domain === undefined ? undefined : operatorHostOf(route, domain);
+    if (domain === undefined || host === undefined) return;
+    throw new OperatorDomainReservedError(
+      `${what(host)} covers ${domain}, the operator's domain, which only the agent routes: nothing was changed`,
+      domain,
+      host,
+    );
   }
 
   private guardOperator(routeId: string): void {

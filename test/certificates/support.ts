@@ -45,8 +45,11 @@ export function testCa(t: { after: (fn: () => unknown) => void }) {
   writeFileSync(join(dir, "index.txt"), "");
   writeFileSync(join(dir, "serial"), "2000\n");
   let n = 0;
-  /** A certificate for `names` valid from `start` to `end` (openssl `ca` dates: YYYYMMDDHHMMSSZ). */
-  const issue = (names: string[], start: Date, end: Date) => {
+  /**
+   * A certificate for `names` valid from `start` to `end` (openssl `ca` dates: YYYYMMDDHHMMSSZ), its subject's
+   * CN `cn` (the first name unless given).
+   */
+  const issue = (names: string[], start: Date, end: Date, cn = names[0]) => {
     const id = `c${++n}`;
     const stamp = (d: Date) => `${d.toISOString().replace(/[-:T]/g, "").slice(0, 14)}Z`;
     writeFileSync(
@@ -71,7 +74,7 @@ export function testCa(t: { after: (fn: () => unknown) => void }) {
         "",
       ].join("\n"),
     );
-    run("req", ...ec, "-keyout", `${id}.key`, "-out", `${id}.csr`, "-subj", `/CN=${names[0]}`);
+    run("req", ...ec, "-keyout", `${id}.key`, "-out", `${id}.csr`, "-subj", `/CN=${cn}`);
     run(
       ...["ca", "-batch", "-notext", "-config", `${id}.cnf`, "-cert", "ca.crt", "-keyfile", "ca.key"],
       ...["-extensions", "ext", "-in", `${id}.csr`, "-out", `${id}.crt`],
@@ -106,7 +109,7 @@ export const DAY = 86_400_000;
  * but for `deadHosts`, whose ACME CA is a loopback port nothing listens on. Caddy logs JSON to a file.
  */
 export async function tlsSetup(
-  t: TestContext,
+  t: TestContext | { after: (fn: () => unknown) => void },
   deadHosts: string[] = [],
   opts: {
     logger?: pino.Logger;
@@ -116,6 +119,8 @@ export async function tlsSetup(
     storageUnknown?: boolean;
     /** HOSTKEEPER_CADDY_DATA_DIR, beside `storageRoot`: the folder whose owner is Caddy's user. */
     caddyDataDir?: string;
+    /** More of the agent's settings. */
+    env?: Record<string, string>;
   } = {},
 ) {
   const tlsPort = await freePort();
@@ -171,6 +176,7 @@ export async function tlsSetup(
     HOSTKEEPER_CADDY_HTTPS_PORT: String(tlsPort),
     ...(opts.storageRoot || opts.storageUnknown ? {} : { HOSTKEEPER_CADDY_DATA_DIR: dataDir }),
     ...(opts.caddyDataDir ? { HOSTKEEPER_CADDY_DATA_DIR: opts.caddyDataDir } : {}),
+    ...opts.env,
   };
   const h = await buildTestApp(t, env, opts.logger ? { logger: opts.logger } : {});
   const up = await startUpstream(t, "u");
