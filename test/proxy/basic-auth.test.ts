@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
-import { knownUsersPattern } from "../../src/proxy/basic-auth.js";
+import { isDecoyRoute, knownUsersPattern } from "../../src/proxy/basic-auth.js";
+import { buildRoute } from "../../src/proxy/build-route.js";
+import type { RouteJson } from "../../src/proxy/plan.js";
+import { withStreamCloseDelay } from "../../src/proxy/streams.js";
+import { canonicalJson } from "../../src/util/canonical-json.js";
+import { buildTestApp } from "../helpers/app.js";
+import { startCaddy } from "../helpers/caddy.js";
 import { basic, bcryptHash, recordingUpstream, send } from "./policy-support.js";
 import { setup } from "./support.js";
 
@@ -188,4 +194,75 @@ test("after one unknown user with a password, another unknown user with it still
   }
   const figures = `known ${median(known).toFixed(1)} ms, unknown after another ${median(unknown).toFixed(1)} ms`;
   assert.ok(ratio(median(known), median(unknown)) <= 1.5, figures);
+});
+
+/** A route with `basic_auth` as an earlier version wrote it: without the decoy route and account. */
+function earlierRoute(domain: string, hashes: string[]): RouteJson {
+  const users = hashes.map((password_hash, i) => ({ username: `u${i}`, password_hash }));
+  const { route } = buildRoute({
+    domain,
+    upstreams: [{ dial: "127.0.0.1:9" }],
+    basic_auth: { users: users.map((u) => ({ ...u, password_hash: hashes[0] ?? "" })) },
+  });
+  const sub = (route.handle ?? [])[0] as { routes: RouteJson[] };
+  const routes = sub.routes.filter((r) => !isDecoyRoute(r));
+  const auth = routes[0]?.handle?.[0] as { providers: { http_basic: { accounts: unknown[] } } };
+  auth.providers.http_basic.accounts = users.map((u) => ({
+    username: u.username,
+    password: u.password_hash,
+  }));
+  return { ...route, handle: [{ handler: "subroute", routes }] };
+}
+
+test("at start the agent gives the basic_auth routes an earlier version wrote their decoy; a hand-written one and one of users of two costs stay as they are", {
+  timeout: 60_000,
+}, async (t) => {
+  const caddy = await startCaddy(t);
+  const hash = bcryptHash("s3cret", 8);
+  const earlier = earlierRoute("earlier.test", [hash, hash]);
+  const twoCosts = earlierRoute("two-costs.test", [hash, bcryptHash("s3cret", 4)]);
+  const hand = {
+    "@id": "hand.test",
+    match: [{ host: ["hand.test"] }],
+    handle: [
+      {
+        handler: "authentication",
+        providers: { http_basic: { accounts: [{ username: "x", password: hash }] } },
+      },
+      { handler: "static_response", body: "in" },
+    ],
+    terminal: true,
+  };
+  const routesPath = "/config/apps/http/servers/srv0/routes";
+  await caddy.admin.write("PATCH", routesPath, [earlier, twoCosts, hand]);
+  const { app, call } = await buildTestApp(t, { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl });
+  await app.services.writer.whenIdle();
+
+  const [now, twoCostsNow, handNow] = JSON.parse((await caddy.admin.read(routesPath)).text) as RouteJson[];
+  const bare = (r: RouteJson | undefined) => canonicalJson(r && withStreamCloseDelay(r, 0));
+  assert.equal(
+    bare(now),
+    bare(
+      buildRoute({
+        domain: "earlier.test",
+        upstreams: [{ dial: "127.0.0.1:9" }],
+        basic_auth: {
+          users: [
+            { username: "u0", password_hash: hash },
+            { username: "u1", password_hash: hash },
+          ],
+        },
+      }).route,
+    ),
+  );
+  const res = await call({ method: "GET", url: "/v1/proxy/routes/earlier.test/request" });
+  assert.equal(res.statusCode, 200, res.body);
+  assert.equal(bare(twoCostsNow), bare(twoCosts));
+  assert.equal(bare(handNow), bare(hand));
+  assert.equal(
+    (await send(caddy.httpPort, "earlier.test", { headers: basic("nobody", "s3cret") })).status,
+    401,
+  );
+  const signedIn = await send(caddy.httpPort, "hand.test", { headers: basic("x", "s3cret") });
+  assert.equal(signedIn.body.toString(), "in");
 });
