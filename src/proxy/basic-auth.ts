@@ -43,7 +43,7 @@ const chars = (from: number, count: number): string =>
  * the one or two bytes left, whose last character also holds bits of what follows (or, at the end, bits
  * Go's decoder ignores), so it is any character with the right leading bits.
  */
-export function usernamePattern(username: string): string {
+function usernamePattern(username: string): string {
   const bytes = Buffer.from(`${username}:`, "utf8");
   const whole = bytes.length - (bytes.length % 3);
   let out = bytes.subarray(0, whole).toString("base64").replace(/[+/]/g, "\\$&");
