@@ -1,5 +1,6 @@
 import type { Logger } from "pino";
 import type { ConfigField } from "../caddy/config-fields.js";
+import { decoysInPlace, withDecoy } from "./basic-auth-upgrade.js";
 import { caddyDuration, routesHaveDelay, withStreamCloseDelay } from "./streams.js";
 import type { RouteWriter } from "./writer.js";
 
@@ -14,16 +15,17 @@ export interface ConnectionSettings {
  * Brings a Caddy the agent finds (adopted, or configured by an earlier version) in line with the settings:
  * the fields the agent keeps outside the routes (the local CA's trust, the TLS issuer, the HTTP and HTTPS
  * ports, the managed server's automatic HTTPS, `grace_period`), then every route's `reverse_proxy`
- * handlers their `stream_close_delay`; each field and the routes as one config change made only when it
- * differs. Not a route change of the API: no history, no events, one log line. A failure is logged and the
- * agent starts anyway; every route the agent writes later gets the delay with its change.
+ * handlers their `stream_close_delay`, and the `basic_auth` routes an earlier version wrote their decoy
+ * (basic-auth-upgrade.ts); each field and the routes as one config change made only when it differs. Not
+ * a route change of the API: no history, no events, one log line. A failure is logged and the agent
+ * starts anyway; every route the agent writes later gets the delay with its change.
  */
 export async function conformCaddy(writer: RouteWriter, s: ConnectionSettings, log: Logger): Promise<void> {
   const delay = s.streamCloseDelayMs;
   try {
     const done = await writer.conform({
-      routesConform: (text) => routesHaveDelay(text, delay),
-      conformRoute: (r) => withStreamCloseDelay(r, delay),
+      routesConform: (text) => routesHaveDelay(text, delay) && decoysInPlace(text),
+      conformRoute: (r) => withDecoy(withStreamCloseDelay(r, delay)),
       fields: s.fields,
     });
     if (done.routes > 0 || done.fields.length > 0)

@@ -1,11 +1,13 @@
+import { bcryptCost, decoyAccount, decoyRoute } from "./basic-auth.js";
 import type { Encoding, HeaderOps, Headers, Maintenance } from "./write-schemas.js";
 
 /*
  * A route's site policies as Caddy handlers. The order inside a route, for every request: a redirect
- * host's redirect, then `allow_ips`, `basic_auth`, then compression and the header changes (so they apply
- * to the maintenance page as to the upstreams' answers), then the maintenance page or the paths and the
- * route's own upstreams. Caddy's own 401 and 403 come before the header changes and compression: they get
- * neither (docs/api/proxy-routes.md).
+ * host's redirect, then `allow_ips`, `basic_auth` (credentials that name none of its users go to a decoy,
+ * see basic-auth.ts), then compression and the header changes (so they apply to the maintenance page as to
+ * the upstreams' answers), then the maintenance page or the paths and the route's own upstreams. Caddy's
+ * own 401 and 403 come before the header changes and compression: they get neither
+ * (docs/api/proxy-routes.md).
  */
 
 export type Strategy = "first" | "weighted_round_robin";
@@ -80,6 +82,7 @@ export function siteHandlers(site: SitePolicies, upstreams: Balanced): Handler[]
       handle: [{ handler: "static_response", status_code: 403 }],
       terminal: true,
     });
+  if (site.basicAuth) routes.push(decoyRoute(site.basicAuth.users.map((u) => u.username)));
   const middle = [...authentication(site), ...encoding(site.encode), ...headerHandler(site.headers)];
   if (middle.length > 0) routes.push({ handle: middle });
   // The page goes before the paths and upstreams, which stay: a write without it puts traffic back.
@@ -91,13 +94,19 @@ export function siteHandlers(site: SitePolicies, upstreams: Balanced): Handler[]
 function authentication(site: SitePolicies): Handler[] {
   const auth = site.basicAuth;
   if (!auth) return [];
+  // The users' one cost was checked (`basicAuthIssues`): the decoy takes it.
+  const cost = bcryptCost(auth.users[0]?.password_hash ?? "");
+  if (cost === undefined) throw new Error("basic_auth without a bcrypt cost reached the compiler");
   return [
     {
       handler: "authentication",
       providers: {
         http_basic: {
           // Not `literal`: Caddy expands placeholders in usernames (once, at load), not in the realm.
-          accounts: auth.users.map((u) => ({ username: literal(u.username), password: u.password_hash })),
+          accounts: [
+            ...auth.users.map((u) => ({ username: literal(u.username), password: u.password_hash })),
+            decoyAccount(cost),
+          ],
           hash: { algorithm: "bcrypt" },
           // Without it every request of a signed-in user costs a full bcrypt hash.
           hash_cache: {},

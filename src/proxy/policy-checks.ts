@@ -1,5 +1,6 @@
 import { isIP } from "node:net";
 import type { InputIssue } from "../util/invalid-input.js";
+import { bcryptCost } from "./basic-auth.js";
 import { normalizeDomain } from "./domain.js";
 import type {
   BasicAuth,
@@ -79,12 +80,12 @@ function prefixProblem(prefix: string): string | undefined {
   return undefined;
 }
 
-const BCRYPT = /^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$/;
 /** Every wrong password costs Caddy one full hash: 2^14 rounds is about a second on one core. */
 const MAX_BCRYPT_COST = 14;
 
 export function basicAuthIssues(auth: BasicAuth | undefined, issues: Issues): void {
   const seen = new Map<string, number>();
+  let first: { cost: number; at: number } | undefined;
   auth?.users.forEach((u, i) => {
     const at = `basic_auth.users[${i}]`;
     if (u.username.includes(":")) issues.push({ field: `${at}.username`, message: "must not contain :" });
@@ -95,9 +96,8 @@ export function basicAuthIssues(auth: BasicAuth | undefined, issues: Issues): vo
       issues.push({ field: `${at}.username`, message: `is the username of basic_auth.users[${twin}] too` });
     else seen.set(u.username, i);
     // The value is never repeated: it may be a plain password sent by mistake.
-    const m = BCRYPT.exec(u.password_hash);
-    const cost = Number(m?.[1]);
-    if (!m)
+    const cost = bcryptCost(u.password_hash);
+    if (cost === undefined)
       issues.push({
         field: `${at}.password_hash`,
         message: "must be a bcrypt hash ($2a$, $2b$ or $2y$); plain passwords are refused",
@@ -106,6 +106,13 @@ export function basicAuthIssues(auth: BasicAuth | undefined, issues: Issues): vo
       issues.push({
         field: `${at}.password_hash`,
         message: `must have a bcrypt cost of 4 to ${MAX_BCRYPT_COST}`,
+      });
+    else if (first === undefined) first = { cost, at: i };
+    // A user whose check costs more or less than the others' would be told from them, and from no user.
+    else if (cost !== first.cost)
+      issues.push({
+        field: `${at}.password_hash`,
+        message: `has bcrypt cost ${cost}; every user of a route must have the same cost (basic_auth.users[${first.at}] has ${first.cost})`,
       });
   });
 }

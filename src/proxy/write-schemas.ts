@@ -62,7 +62,7 @@ export const BasicAuthUserSchema = Type.Object(
       minLength: 1,
       maxLength: 128,
       description:
-        "A bcrypt hash (`$2a$`, `$2b$` or `$2y$`) of cost 4-14. A plain password is refused, and never stored or logged.",
+        "A bcrypt hash (`$2a$`, `$2b$` or `$2y$`) of cost 4-14, the same cost for every user of the route: credentials that name no user are checked against a decoy of that cost (docs/api/proxy-routes.md, Basic auth: unknown users and CPU). A plain password is refused, and never stored or logged.",
     }),
   },
   { additionalProperties: false, $id: "BasicAuthUser", title: "BasicAuthUser" },

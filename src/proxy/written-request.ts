@@ -1,5 +1,6 @@
 import { canonicalJson } from "../util/canonical-json.js";
 import { isAccessLogHandler } from "./access-logs.js";
+import { DECOY_USER, isDecoyRoute } from "./basic-auth.js";
 import { buildRoute } from "./build-route.js";
 import type { RouteJson } from "./plan.js";
 import { unliteral } from "./policies.js";
@@ -55,6 +56,8 @@ function readSubroute(sub: RouteJson, request: Written): void {
   const first = handlers[0] ?? {};
   const match = sub.match?.[0] as Json | undefined;
   if (match?.host) request.redirect_status = first.status_code as 301 | 302 | 307 | 308;
+  // Made from `basic_auth` alone: the route built again from the request shows it is the one expected.
+  else if (isDecoyRoute(sub)) return;
   else if (match?.not)
     request.allow_ips = ((match.not as Json[])[0]?.client_ip as Json | undefined)?.ranges as string[];
   else if (match?.path) {
@@ -76,7 +79,9 @@ function readMiddle(h: Json, request: Written): void {
     const accounts = basic.accounts as { username: string; password: string }[];
     request.basic_auth = {
       realm: basic.realm as string,
-      users: accounts.map((a) => ({ username: unliteral(a.username), password_hash: a.password })),
+      users: accounts
+        .filter((a) => a.username !== DECOY_USER)
+        .map((a) => ({ username: unliteral(a.username), password_hash: a.password })),
     };
   } else if (h.handler === "encode") request.encode = h.prefer as ("zstd" | "gzip")[];
   else if (h.handler === "headers") {

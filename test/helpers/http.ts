@@ -135,7 +135,7 @@ export function verifyStandardWebhook(secret: string, w: ReceivedWebhook): boole
 /** What one request through Caddy's listener is sent with, besides its Host header. */
 export interface ProxyRequestOptions {
   path?: string;
-  headers?: Record<string, string>;
+  headers?: Record<string, string | string[]>;
   /** The client's source address (all of 127.0.0.0/8 is local). */
   from?: string;
   agent?: http.Agent | false;

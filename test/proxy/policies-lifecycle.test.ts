@@ -63,7 +63,7 @@ test("a route reads back as the write request that makes it, normalised; a route
   assert.equal(canonicalJson(res.json()), canonicalJson(before));
 
   // Changed in Caddy behind the agent's back into what no write request makes: a live placeholder.
-  const path = "/id/read.test/handle/0/routes/1/handle/2/response/set/X-A";
+  const path = "/id/read.test/handle/0/routes/2/handle/2/response/set/X-A";
   const patched = await caddy.admin.raw("PATCH", path, { body: JSON.stringify(["{env.HOME}"]) });
   assert.equal(patched.status, 200, patched.text);
   res = await call({ method: "GET", url: "/v1/proxy/routes/read.test/request" });

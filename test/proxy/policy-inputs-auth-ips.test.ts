@@ -79,6 +79,16 @@ describe("basic_auth users", () => {
     name("", /at least 1 character/),
     name("u".repeat(129), /at most 128 characters/),
     {
+      name: "users of two costs (the one of more cost would be told from the others, and from no user)",
+      body: () => auth([user("ana", bcryptLike("10")), user("bo", bcryptLike("12", "$2a$"))]),
+      errors: [
+        [
+          "body.basic_auth.users[1].password_hash",
+          /has bcrypt cost 12; every user of a route must have the same cost \(basic_auth\.users\[0\] has 10\)/,
+        ],
+      ],
+    },
+    {
       name: "a username twice",
       body: () => auth([user("ana"), user("bo"), user("ana")]),
       errors: [["body.basic_auth.users[2].username", /is the username of basic_auth\.users\[0\] too/]],
@@ -202,10 +212,10 @@ test("at the limits, basic_auth and allow_ips are accepted and read back as sent
     basic_auth: {
       realm: [...printable, ...printable].join("").slice(0, 128),
       users: [
-        user("{env.USER}", bcryptLike("04", "$2a$")),
+        user("{env.USER}", bcryptLike("14", "$2a$")),
         user("ü".repeat(128), bcryptLike("14", "$2y$")),
-        user("a\\{b} c", bcryptLike("12")),
-        ...many(97, (i) => user(`u${i}`)),
+        user("a\\{b} c", bcryptLike("14")),
+        ...many(97, (i) => user(`u${i}`, bcryptLike("14"))),
       ],
     },
     allow_ips: [

@@ -105,13 +105,11 @@ const prefix = fc.array(segment, { minLength: 1, maxLength: 3 }).map((s) => `/${
 const path = fc
   .tuple(prefix, balanced, fc.option(fc.boolean(), { nil: undefined }))
   .map(([p, b, strip]) => ({ prefix: p, ...b, ...(strip === undefined ? {} : { strip_prefix: strip }) }));
-const bcrypt = fc
-  .tuple(
-    fc.constantFrom("$2a$", "$2b$", "$2y$"),
-    fc.integer({ min: 4, max: 14 }),
-    fc.stringMatching(/^[./A-Za-z0-9]{53}$/),
-  )
-  .map(([p, cost, rest]) => `${p}${String(cost).padStart(2, "0")}$${rest}`);
+/** A bcrypt hash of `cost`: every user of a route has the same. */
+const bcrypt = (cost: number) =>
+  fc
+    .tuple(fc.constantFrom("$2a$", "$2b$", "$2y$"), fc.stringMatching(/^[./A-Za-z0-9]{53}$/))
+    .map(([p, rest]) => `${p}${String(cost).padStart(2, "0")}$${rest}`);
 const username = text(20).filter(
   (u) => u.length > 0 && u.length <= 128 && !u.includes(":") && !/\p{Cc}/u.test(u),
 );
@@ -130,16 +128,18 @@ const policyFields = {
   }),
   redirect_status: fc.constantFrom(301, 302, 307, 308),
   paths: fc.uniqueArray(path, { minLength: 1, maxLength: 4, selector: (p) => p.prefix.toLowerCase() }),
-  basic_auth: fc.record(
-    {
-      realm: fc.stringMatching(/^[ !#-[\]-~]{1,20}$/),
-      users: fc.uniqueArray(fc.record({ username, password_hash: bcrypt }), {
-        minLength: 1,
-        maxLength: 3,
-        selector: (u) => u.username,
-      }),
-    },
-    { requiredKeys: ["users"] },
+  basic_auth: fc.integer({ min: 4, max: 14 }).chain((cost) =>
+    fc.record(
+      {
+        realm: fc.stringMatching(/^[ !#-[\]-~]{1,20}$/),
+        users: fc.uniqueArray(fc.record({ username, password_hash: bcrypt(cost) }), {
+          minLength: 1,
+          maxLength: 3,
+          selector: (u) => u.username,
+        }),
+      },
+      { requiredKeys: ["users"] },
+    ),
   ),
   allow_ips: fc.array(cidr, { minLength: 1, maxLength: 4 }),
   headers: fc.record({ request: headerOps, response: headerOps }, { requiredKeys: [] }),

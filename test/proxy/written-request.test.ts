@@ -156,45 +156,45 @@ describe("a route no write request makes has none", () => {
     ],
     [
       "an extra handler before a path's upstreams",
-      (r) => subroutes(r)[4]?.handle?.unshift({ handler: "vars" }),
+      (r) => subroutes(r)[5]?.handle?.unshift({ handler: "vars" }),
     ],
     ["the subroutes in another order", (r) => subroutes(r).reverse()],
     [
       "an upstream with a field of its own",
-      (r) => Object.assign(handlerOf(r, 5).upstreams as object[], [{ dial: "127.0.0.1:1", max_requests: 5 }]),
+      (r) => Object.assign(handlerOf(r, 6).upstreams as object[], [{ dial: "127.0.0.1:1", max_requests: 5 }]),
     ],
     [
       "an upstream's dial in a form the agent does not write",
-      (r) => ((handlerOf(r, 4, 1).upstreams as { dial: string }[])[0] = { dial: "LocalHost.:3" }),
+      (r) => ((handlerOf(r, 5, 1).upstreams as { dial: string }[])[0] = { dial: "LocalHost.:3" }),
     ],
     [
       "an upstream added without a weight",
-      (r) => (handlerOf(r, 5).upstreams as object[]).push({ dial: "127.0.0.1:4" }),
+      (r) => (handlerOf(r, 6).upstreams as object[]).push({ dial: "127.0.0.1:4" }),
     ],
     [
       "a reverse_proxy with a transport",
-      (r) => Object.assign(handlerOf(r, 5), { transport: { protocol: "http" } }),
+      (r) => Object.assign(handlerOf(r, 6), { transport: { protocol: "http" } }),
     ],
     [
       "a header value Caddy would expand",
-      (r) => ((handlerOf(r, 2, 2).request as { set: Record<string, string[]> }).set["X-A"] = ["{env.HOME}"]),
+      (r) => ((handlerOf(r, 3, 2).request as { set: Record<string, string[]> }).set["X-A"] = ["{env.HOME}"]),
     ],
     [
       "a header with two values",
-      (r) => ((handlerOf(r, 2, 2).request as { set: Record<string, string[]> }).set["X-A"] = ["1", "2"]),
+      (r) => ((handlerOf(r, 3, 2).request as { set: Record<string, string[]> }).set["X-A"] = ["1", "2"]),
     ],
     [
       "a username Caddy would expand",
       (r) =>
         Object.assign(
-          (handlerOf(r, 2).providers as { http_basic: { accounts: object[] } }).http_basic.accounts[0] ?? {},
+          (handlerOf(r, 3).providers as { http_basic: { accounts: object[] } }).http_basic.accounts[0] ?? {},
           { username: "{env.USER}" },
         ),
     ],
     [
       "the auth hash cache removed",
       (r) =>
-        delete (handlerOf(r, 2).providers as { http_basic: Record<string, unknown> }).http_basic.hash_cache,
+        delete (handlerOf(r, 3).providers as { http_basic: Record<string, unknown> }).http_basic.hash_cache,
     ],
     [
       "the redirect's Location changed",
@@ -203,7 +203,27 @@ describe("a route no write request makes has none", () => {
           headers: { Location: ["https://elsewhere.test{http.request.uri}"] },
         }),
     ],
-    ["the maintenance page closing connections", (r) => Object.assign(handlerOf(r, 3), { close: true })],
+    ["the decoy route left out (the shape before it)", (r) => subroutes(r).splice(2, 1)],
+    [
+      "the decoy's hash of another cost than the users'",
+      (r) =>
+        Object.assign(
+          (handlerOf(r, 3).providers as { http_basic: { accounts: object[] } }).http_basic.accounts[1] ?? {},
+          { password: `$2b$04$${"c".repeat(53)}` },
+        ),
+    ],
+    [
+      "the decoy's account left out",
+      (r) => (handlerOf(r, 3).providers as { http_basic: { accounts: object[] } }).http_basic.accounts.pop(),
+    ],
+    [
+      "the decoy's matcher naming other users",
+      (r) =>
+        Object.assign(subroutes(r)[2] ?? {}, {
+          match: [{ not: [{ vars_regexp: { "{http.request.header.Authorization}": { pattern: "^" } } }] }],
+        }),
+    ],
+    ["the maintenance page closing connections", (r) => Object.assign(handlerOf(r, 4), { close: true })],
     ["a second matcher set", (r) => r.match?.push({ host: ["other.test"] })],
     ["a path matcher beside the host", (r) => Object.assign(r.match?.[0] ?? {}, { path: ["/x"] })],
     ["an @id other than the domain", (r) => Object.assign(r, { "@id": "other.test" })],
@@ -223,7 +243,7 @@ describe("a route no write request makes has none", () => {
 
   test("an upstream edited into another form a request makes reads back as that request", () => {
     const route = full();
-    (handlerOf(route, 4, 1).upstreams as { dial: string }[])[0] = { dial: "127.0.0.1:9" };
+    (handlerOf(route, 5, 1).upstreams as { dial: string }[])[0] = { dial: "127.0.0.1:9" };
     assert.deepEqual(writtenRequest(route)?.paths?.[0]?.upstreams, [{ dial: "127.0.0.1:9" }]);
   });
 
