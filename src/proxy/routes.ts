@@ -43,7 +43,7 @@ const listSchema = {
   operationId: "listRoutes",
   summary: "List the routes of the managed Caddy server",
   description:
-    "All routes of the managed server in Caddy's order, including routes the agent did not create. `[]` when the server does not exist yet.",
+    "All routes of the managed server in Caddy's order, including routes the agent did not create. `[]` when the server does not exist yet. A token without `proxy:write` reads each basic-auth hash as `<redacted>`.",
   response: {
     200: jsonContent(Type.Array(RouteRef), "The routes."),
     ...problemResponses("proxy_unavailable"),
@@ -82,7 +82,7 @@ const getSchema = {
   operationId: "getRoute",
   summary: "Get one route",
   description:
-    "The route `route_id` of the managed server, as Caddy holds it now (a route the agent did not create included).",
+    "The route `route_id` of the managed server, as Caddy holds it now (a route the agent did not create included). A token without `proxy:write` reads each basic-auth hash as `<redacted>`.",
   params: RouteIdParamsSchema,
   response: {
     200: jsonContent(RouteRef, "The route."),
@@ -95,7 +95,7 @@ const requestSchema = {
   operationId: "getRouteRequest",
   summary: "Get the write request that makes a route",
   description:
-    "The route `route_id` in the shape it was written (a create's or replace's body, without `callback_url`), read from the route Caddy holds now: the request that makes exactly that route, in its normalised form (the domain and hosts as route ids, defaults filled in, paths longest prefix first). 409 `route_request_unknown` for a route no write request makes: one written outside the agent's API, or changed in Caddy since.",
+    "The route `route_id` in the shape it was written (a create's or replace's body, without `callback_url`), read from the route Caddy holds now: the request that makes exactly that route, in its normalised form (the domain and hosts as route ids, defaults filled in, paths longest prefix first). 409 `route_request_unknown` for a route no write request makes: one written outside the agent's API, or changed in Caddy since. A token without `proxy:write` reads each basic-auth hash as `<redacted>`.",
   params: RouteIdParamsSchema,
   response: {
     200: jsonContent(Type.Ref("WrittenRouteRequest"), "The write request."),
@@ -108,7 +108,7 @@ const historySchema = {
   operationId: "getRouteHistory",
   summary: "List the changes recorded for a route",
   description:
-    "Every change the agent made to the route (create, replace, delete, restore, and its own writes of the operator's route), newest first: when, by which request (`x-request-id`), with what outcome, the state it captured before Caddy was touched, what it wrote, and the ids of its callback events. At most `limit` (default 50). 404 when no change is recorded and the managed server has no such route; Caddy is asked only then.",
+    "Every change the agent made to the route (create, replace, delete, restore, and its own writes of the operator's route), newest first: when, by which request (`x-request-id`), with what outcome, the state it captured before Caddy was touched, what it wrote, and the ids of its callback events. At most `limit` (default 50). 404 when no change is recorded and the managed server has no such route; Caddy is asked only then. A token without `proxy:write` reads each basic-auth hash as `<redacted>`.",
   params: RouteIdParamsSchema,
   querystring: RouteHistoryQuerySchema,
   response: {
@@ -182,7 +182,8 @@ export function registerProxyRoutes(app: App, service: RouteService, deny: DenyL
   };
 
   // Caddy's own bytes go out as they come: parsing and re-serialising thousands of routes would cost more
-  // than reading them, and holding them whole would cost memory per request.
+  // than reading them, and holding them whole would cost memory per request. (A token without proxy:write
+  // gets them through the redactor, redaction-routes.ts, which streams too.)
   app.get("/v1/proxy/routes", { schema: listSchema }, async (_request, reply) =>
     reply.type("application/json").send(await service.list()),
   );
