@@ -55,7 +55,7 @@ const createSchema = {
   operationId: "createRoute",
   summary: "Create a route",
   description:
-    "Creates a reverse-proxy route for `domain`, with the site policies the request asks for (docs/api/proxy-routes.md). The route `@id` is the normalised domain. 409 `route_exists` when the id is in use in Caddy's config; 409 `host_conflict` when another route serves the domain or a `redirect_from` host. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
+    "Creates a reverse-proxy route for `domain`, with the site policies the request asks for (docs/api/proxy-routes.md). The route `@id` is the normalised domain. 409 `route_exists` when the id is in use in Caddy's config; 409 `host_conflict` when another route serves the domain or a `redirect_from` host. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change. 400 naming the field when an upstream reaches an address of `HOSTKEEPER_UPSTREAM_DENY_CIDRS` or one of the agent's own ports (its API, Caddy's admin endpoint, the operator's instances), a host name by what it resolves to now.",
   body: RefTo(RouteWriteRequestSchema),
   response: {
     201: {
@@ -122,7 +122,7 @@ const restoreSchema = {
   operationId: "restoreRoute",
   summary: "Put back the state a change captured",
   description:
-    "Puts back the route state captured by the change `change_id` of this route, as a change of its own (in the history, with its own backup and, with `callback_url`, its own `route_backup` and `route_change` events). The change decides what happens: one that created the route (no previous state) is undone by removing the route; one that deleted it, by creating the captured route again; one that replaced it, by replacing the current route with the captured one. 409 when that does not fit the route as it is now: removing or replacing a route the managed server no longer has, or re-creating one whose `@id` is in use in Caddy's config again. 404 when the route has no recorded change or `change_id` is not one of its changes; 403 for the operator's route.",
+    "Puts back the route state captured by the change `change_id` of this route, as a change of its own (in the history, with its own backup and, with `callback_url`, its own `route_backup` and `route_change` events). The change decides what happens: one that created the route (no previous state) is undone by removing the route; one that deleted it, by creating the captured route again; one that replaced it, by replacing the current route with the captured one. 409 when that does not fit the route as it is now: removing or replacing a route the managed server no longer has, or re-creating one whose `@id` is in use in Caddy's config again. 404 when the route has no recorded change or `change_id` is not one of its changes; 403 for the operator's route; 400 naming `change_id` when the captured route dials what a write may not (see createRoute).",
   params: RouteIdParamsSchema,
   body: RefTo(RouteRestoreRequestSchema),
   response: {
@@ -148,7 +148,7 @@ const replaceSchema = {
   operationId: "replaceRoute",
   summary: "Replace a route",
   description:
-    "Fully replaces the route `route_id`, site policies included (a field left out is a policy removed); `domain` must derive to the same id. 409 `host_conflict` when another route serves the domain or a `redirect_from` host. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`.",
+    "Fully replaces the route `route_id`, site policies included (a field left out is a policy removed); `domain` must derive to the same id. 409 `host_conflict` when another route serves the domain or a `redirect_from` host. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`. 400 naming the field when an upstream reaches an address of `HOSTKEEPER_UPSTREAM_DENY_CIDRS` or one of the agent's own ports (its API, Caddy's admin endpoint, the operator's instances), a host name by what it resolves to now.",
   params: RouteIdParamsSchema,
   body: RefTo(RouteWriteRequestSchema),
   response: { 200: jsonContent(RouteRef, "The route as written to Caddy."), ...changeProblems },
