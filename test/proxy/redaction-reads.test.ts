@@ -17,6 +17,7 @@ const ID = "auth.redact.test";
 const TOKENS: { name: string; scopes: Grant[] }[] = [
   // Every read scope: the events list needs the three.
   { name: "reader", scopes: ["proxy:read", "operator:read", "system:read"] },
+  { name: "proxy-reader", scopes: ["proxy:read"] },
   { name: "writer", scopes: ["proxy:read", "proxy:write", "operator:read", "system:read"] },
 ];
 const bearer = (name: string) => ({
@@ -97,15 +98,16 @@ test("a read-only token finds no hash in any read; a writing token reads them; a
   ])
     assert.ok(paths.includes(p), `${p} is not among ${paths.join(", ")}`);
   const base64 = Buffer.from(first).toString("base64");
-  /** Reads every path with the reader: no hash anywhere; those that hold the route show where one was. */
+  /** Reads every path with the readers: no hash anywhere; those that hold the route show where one was. */
   const readerSeesNone = async (what: string) => {
     const redacted: string[] = [];
-    for (const path of paths) {
-      const res = await get(h, "reader", path);
-      assert.doesNotMatch(res.body, BCRYPT, `${what}: GET ${path} (${res.status})`);
-      assert.ok(!res.body.includes(base64), `${what}: GET ${path} has the base64 hash`);
-      if (res.body.includes('"<redacted>"')) redacted.push(path);
-    }
+    for (const path of paths)
+      for (const token of ["reader", "proxy-reader"]) {
+        const res = await get(h, token, path);
+        assert.doesNotMatch(res.body, BCRYPT, `${what}: GET ${path} with ${token} (${res.status})`);
+        assert.ok(!res.body.includes(base64), `${what}: GET ${path} with ${token} has the base64 hash`);
+        if (res.body.includes('"<redacted>"')) redacted.push(path);
+      }
     for (const p of ["/v1/proxy/routes", `/v1/proxy/routes/${ID}`, `/v1/proxy/routes/${ID}/request`])
       assert.ok(redacted.includes(p), `${what}: ${p} shows no redacted hash`);
     assert.ok(redacted.includes(`/v1/proxy/routes/${ID}/history`), what);
