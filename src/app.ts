@@ -41,6 +41,7 @@ import { registerAccessLogRoutes } from "./proxy/access-log-routes.js";
 import type { AccessLogService } from "./proxy/access-log-service.js";
 import type { RecordedChange } from "./proxy/journal.js";
 import { proxyProblem } from "./proxy/problems.js";
+import { hideSecretsFromReaders } from "./proxy/redaction-routes.js";
 import { registerProxyRoutes } from "./proxy/routes.js";
 import { proxySharedSchemas } from "./proxy/schemas.js";
 import type { RouteService } from "./proxy/service.js";
@@ -146,7 +147,8 @@ export async function buildApp({
 /**
  * The edge every request meets before its route, in this order: its id echoed, a request without Host
  * refused as unreadable, `Expect` answered, a body over the limit refused, then the token checked (and the
- * request audited) before anything else runs, for every route. Problems are mapped by the areas' mappers.
+ * request audited) before anything else runs, for every route; on the way out, basic-auth hashes are taken
+ * out of the routes' answers to tokens that cannot write routes. Problems are mapped by the areas' mappers.
  */
 async function registerEdge(app: App, { access, audit }: Access, now: () => number) {
   // JSON is the only body the API takes; anything else is 415 rather than a string failing validation.
@@ -165,6 +167,7 @@ async function registerEdge(app: App, { access, audit }: Access, now: () => numb
   answerExpectations(app, access.check);
   limitRequestBodies(app);
   registerAccessControl(app, access, auditMutations(app, audit, now));
+  hideSecretsFromReaders(app);
   app.addSchema(ProblemSchema);
   for (const s of [...proxySharedSchemas, ...certificatesSharedSchemas, ...operatorSharedSchemas])
     app.addSchema(s);

@@ -18,6 +18,7 @@ import { ChangeJournal, type RecordedChange } from "../proxy/journal.js";
 import { RouteService } from "../proxy/service.js";
 import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { RouteChangeStore } from "../proxy/store.js";
+import { ownEndpoints, UpstreamCheck } from "../proxy/upstream-check.js";
 import { GATHER, RouteWriter } from "../proxy/writer.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
@@ -184,6 +185,14 @@ function buildRoutes(
     operatorRouteId: proxy.operatorDomain,
     connections: { streamCloseDelayMs: proxy.caddyStreamCloseDelayMs, fields },
     accessLogs: files !== undefined,
+    upstreams: new UpstreamCheck({
+      deny: proxy.upstreamDenyCidrs,
+      own: ownEndpoints({
+        listen: config.agent.listen,
+        caddyAdmin: proxy.caddyAdmin,
+        operatorPorts: config.operator.ports,
+      }),
+    }),
     log: logger.child({ component: "routes" }),
   });
   const accessLogs = new AccessLogService({

@@ -38,7 +38,7 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
         operationId: "listEvents",
         summary: "List callback events and their delivery attempts",
         description:
-          "The events of the durable outbox (`route_backup`, `route_change`, `operator_update`, `system_update`), newest first, each with its body and every delivery attempt. Filter by `state` and `type`; at most `limit` events (default 50, at most 500).",
+          "The events of the durable outbox (`route_backup`, `route_change`, `operator_update`, `system_update`), newest first, each with its body and every delivery attempt. Filter by `state` and `type`; at most `limit` events (default 50, at most 500). A token without `proxy:write` reads each basic-auth hash in the bodies as `<redacted>`; the callbacks carry the real ones.",
         querystring: EventListQuerySchema,
         response: {
           200: jsonContent(Type.Ref("EventList"), "The events."),

@@ -43,7 +43,7 @@ const listSchema = {
   operationId: "listRoutes",
   summary: "List the routes of the managed Caddy server",
   description:
-    "All routes of the managed server in Caddy's order, including routes the agent did not create. `[]` when the server does not exist yet.",
+    "All routes of the managed server in Caddy's order, including routes the agent did not create. `[]` when the server does not exist yet. A token without `proxy:write` reads each basic-auth hash as `<redacted>`.",
   response: {
     200: jsonContent(Type.Array(RouteRef), "The routes."),
     ...problemResponses("proxy_unavailable"),
@@ -55,7 +55,7 @@ const createSchema = {
   operationId: "createRoute",
   summary: "Create a route",
   description:
-    "Creates a reverse-proxy route for `domain`, with the site policies the request asks for (docs/api/proxy-routes.md). The route `@id` is the normalised domain. 409 `route_exists` when the id is in use in Caddy's config; 409 `host_conflict` when another route serves the domain or a `redirect_from` host; 409 `operator_domain_reserved` when the domain (a wildcard) or a `redirect_from` host covers the operator's domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change.",
+    "Creates a reverse-proxy route for `domain`, with the site policies the request asks for (docs/api/proxy-routes.md). The route `@id` is the normalised domain. 409 `route_exists` when the id is in use in Caddy's config; 409 `host_conflict` when another route serves the domain or a `redirect_from` host; 409 `operator_domain_reserved` when the domain (a wildcard) or a `redirect_from` host covers the operator's domain. When `callback_url` is given, a `route_backup` event (previous state null) is sent before the change. 400 naming the field when an upstream reaches an address of `HOSTKEEPER_UPSTREAM_DENY_CIDRS` or one of the agent's own ports (its API, Caddy's admin endpoint, the operator's instances), a host name by what it resolves to now.",
   body: RefTo(RouteWriteRequestSchema),
   response: {
     201: {
@@ -83,7 +83,7 @@ const getSchema = {
   operationId: "getRoute",
   summary: "Get one route",
   description:
-    "The route `route_id` of the managed server, as Caddy holds it now (a route the agent did not create included).",
+    "The route `route_id` of the managed server, as Caddy holds it now (a route the agent did not create included). A token without `proxy:write` reads each basic-auth hash as `<redacted>`.",
   params: RouteIdParamsSchema,
   response: {
     200: jsonContent(RouteRef, "The route."),
@@ -96,7 +96,7 @@ const requestSchema = {
   operationId: "getRouteRequest",
   summary: "Get the write request that makes a route",
   description:
-    "The route `route_id` in the shape it was written (a create's or replace's body, without `callback_url`), read from the route Caddy holds now: the request that makes exactly that route, in its normalised form (the domain and hosts as route ids, defaults filled in, paths longest prefix first). 409 `route_request_unknown` for a route no write request makes: one written outside the agent's API, or changed in Caddy since.",
+    "The route `route_id` in the shape it was written (a create's or replace's body, without `callback_url`), read from the route Caddy holds now: the request that makes exactly that route, in its normalised form (the domain and hosts as route ids, defaults filled in, paths longest prefix first). 409 `route_request_unknown` for a route no write request makes: one written outside the agent's API, or changed in Caddy since. A token without `proxy:write` reads each basic-auth hash as `<redacted>`.",
   params: RouteIdParamsSchema,
   response: {
     200: jsonContent(Type.Ref("WrittenRouteRequest"), "The write request."),
@@ -109,7 +109,7 @@ const historySchema = {
   operationId: "getRouteHistory",
   summary: "List the changes recorded for a route",
   description:
-    "Every change the agent made to the route (create, replace, delete, restore, and its own writes of the operator's route), newest first: when, by which request (`x-request-id`), with what outcome, the state it captured before Caddy was touched, what it wrote, and the ids of its callback events. At most `limit` (default 50). 404 when no change is recorded and the managed server has no such route; Caddy is asked only then.",
+    "Every change the agent made to the route (create, replace, delete, restore, and its own writes of the operator's route), newest first: when, by which request (`x-request-id`), with what outcome, the state it captured before Caddy was touched, what it wrote, and the ids of its callback events. At most `limit` (default 50). 404 when no change is recorded and the managed server has no such route; Caddy is asked only then. A token without `proxy:write` reads each basic-auth hash as `<redacted>`.",
   params: RouteIdParamsSchema,
   querystring: RouteHistoryQuerySchema,
   response: {
@@ -123,7 +123,7 @@ const restoreSchema = {
   operationId: "restoreRoute",
   summary: "Put back the state a change captured",
   description:
-    "Puts back the route state captured by the change `change_id` of this route, as a change of its own (in the history, with its own backup and, with `callback_url`, its own `route_backup` and `route_change` events). The change decides what happens: one that created the route (no previous state) is undone by removing the route; one that deleted it, by creating the captured route again; one that replaced it, by replacing the current route with the captured one. 409 when that does not fit the route as it is now: removing or replacing a route the managed server no longer has, or re-creating one whose `@id` is in use in Caddy's config again; 409 `operator_domain_reserved` when the captured route would take requests for the operator's domain. 404 when the route has no recorded change or `change_id` is not one of its changes; 403 for the operator's route.",
+    "Puts back the route state captured by the change `change_id` of this route, as a change of its own (in the history, with its own backup and, with `callback_url`, its own `route_backup` and `route_change` events). The change decides what happens: one that created the route (no previous state) is undone by removing the route; one that deleted it, by creating the captured route again; one that replaced it, by replacing the current route with the captured one. 409 when that does not fit the route as it is now: removing or replacing a route the managed server no longer has, or re-creating one whose `@id` is in use in Caddy's config again; 409 `operator_domain_reserved` when the captured route would take requests for the operator's domain. 404 when the route has no recorded change or `change_id` is not one of its changes; 403 for the operator's route; 400 naming `change_id` when the captured route dials what a write may not (see createRoute).",
   params: RouteIdParamsSchema,
   body: RefTo(RouteRestoreRequestSchema),
   response: {
@@ -150,7 +150,7 @@ const replaceSchema = {
   operationId: "replaceRoute",
   summary: "Replace a route",
   description:
-    "Fully replaces the route `route_id`, site policies included (a field left out is a policy removed); `domain` must derive to the same id. 409 `host_conflict` when another route serves the domain or a `redirect_from` host; 409 `operator_domain_reserved` when the domain (a wildcard) or a `redirect_from` host covers the operator's domain. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`.",
+    "Fully replaces the route `route_id`, site policies included (a field left out is a policy removed); `domain` must derive to the same id. 409 `host_conflict` when another route serves the domain or a `redirect_from` host; 409 `operator_domain_reserved` when the domain (a wildcard) or a `redirect_from` host covers the operator's domain. The previous state is captured first and restored when the change fails; with `callback_url` it is also sent as `route_backup`. 400 naming the field when an upstream reaches an address of `HOSTKEEPER_UPSTREAM_DENY_CIDRS` or one of the agent's own ports (its API, Caddy's admin endpoint, the operator's instances), a host name by what it resolves to now.",
   params: RouteIdParamsSchema,
   body: RefTo(RouteWriteRequestSchema),
   response: {
@@ -187,7 +187,8 @@ export function registerProxyRoutes(app: App, service: RouteService, deny: DenyL
   };
 
   // Caddy's own bytes go out as they come: parsing and re-serialising thousands of routes would cost more
-  // than reading them, and holding them whole would cost memory per request.
+  // than reading them, and holding them whole would cost memory per request. (A token without proxy:write
+  // gets them through the redactor, redaction-routes.ts, which streams too.)
   app.get("/v1/proxy/routes", { schema: listSchema }, async (_request, reply) =>
     reply.type("application/json").send(await service.list()),
   );

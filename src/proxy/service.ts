@@ -2,7 +2,7 @@ import type { Readable } from "node:stream";
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import type { Metrics } from "../metrics/metrics.js";
-import { InvalidInputError } from "../util/invalid-input.js";
+import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
 import { buildRoute } from "./build-route.js";
 import { type ConnectionSettings, conformCaddy } from "./conformance.js";
 import {
@@ -34,6 +34,7 @@ import { type Op, opId, type RouteJson } from "./plan.js";
 import type { RouteWriteRequest } from "./schemas.js";
 import type { RouteChangeStore, SettledOutcome } from "./store.js";
 import { withStreamCloseDelay } from "./streams.js";
+import { dialsOf, type UpstreamCheck } from "./upstream-check.js";
 import type { ChangeResult, RouteWriter, WriteFailure } from "./writer.js";
 import { writtenRequest } from "./written-request.js";
 
@@ -52,6 +53,8 @@ export interface RouteServiceOptions {
   connections: ConnectionSettings;
   /** Whether a route can get `access_log: true` (the agent has a folder for the files). */
   accessLogs?: boolean;
+  /** Where upstreams may not point (HOSTKEEPER_UPSTREAM_DENY_CIDRS, the agent's own ports). */
+  upstreams: UpstreamCheck;
   log: Logger;
   metrics?: Metrics;
 }
@@ -141,6 +144,8 @@ export class RouteService {
     if (id === this.o.operatorRouteId)
       throw new RouteExistsError(`${id} is the operator's route, which the agent manages itself`);
     this.guardOperatorHost(route, (host) => requestFieldOf(request, id, host));
+    const checking = refused(this.o.upstreams.requestIssues(request));
+    if (checking) await checking;
     const result = await this.change({ kind: "create", route }, "create", {
       callbackUrl: request.callback_url,
       ctx,
@@ -153,6 +158,8 @@ export class RouteService {
     const { id, route } = this.built(request);
     if (id !== routeId) throw new RouteIdMismatchError(id, routeId);
     this.guardOperatorHost(route, (host) => requestFieldOf(request, id, host));
+    const checking = refused(this.o.upstreams.requestIssues(request));
+    if (checking) await checking;
     const result = await this.change({ kind: "replace", id, route }, "replace", {
       callbackUrl: request.callback_url,
       ctx,
@@ -192,6 +199,11 @@ export class RouteService {
           ? `a matcher set without a host matcher in change ${row.id}'s captured route (it takes every host)`
           : `the host ${host} of change ${row.id}'s captured route`,
       );
+    // A captured state was accepted once, but the rules may have changed since, or the route was written
+    // outside the API: a restore is a write like the others.
+    const checking =
+      op.kind === "delete" ? undefined : refused(this.o.upstreams.capturedRouteIssues(op.route, "change_id"));
+    if (checking) await checking;
     const result = await this.change(op, "restore", {
       callbackUrl,
       ctx,
@@ -310,7 +322,7 @@ export class RouteService {
       ...(about.restored_from === undefined ? {} : { restored_from: about.restored_from }),
       request_id: about.request_id,
       change_id: change.id ?? null,
-      upstreams: upstreamsOf(op.kind === "delete" ? result.previous : op.route),
+      upstreams: dialsOf(op.kind === "delete" ? result.previous : op.route),
       outcome,
       batch_size: result.batchSize,
       duration_ms: Math.round(ms * 10) / 10,
@@ -320,6 +332,20 @@ export class RouteService {
     if (result.ok || outcome === "refused") this.o.log.info(fields, line);
     else this.o.log.warn(fields, line);
   }
+}
+
+/**
+ * Throws InvalidInputError for the upstreams' `found` issues (see upstream-check.ts); a promise only while
+ * they are being found (host names resolving), so a change that needs no resolution reaches the writer in
+ * the order it was asked for.
+ */
+function refused(found: InputIssue[] | Promise<InputIssue[]>): Promise<void> | undefined {
+  const refuse = (issues: InputIssue[]) => {
+    if (issues.length > 0) throw new InvalidInputError(issues);
+  };
+  if (!Array.isArray(found)) return found.then(refuse);
+  refuse(found);
+  return undefined;
 }
 
 /** The error a change that did not apply answers with. */
@@ -341,15 +367,4 @@ function changeFailed(f: WriteFailure, id: string, previous: RouteJson | null): 
     case "capture_failed":
       return new ChangeNotRecordedError(f.message);
   }
-}
-
-/** The upstreams a route dials, in its handlers' order: what a change's log line names. */
-function upstreamsOf(route: RouteJson | null, dials: string[] = []): string[] {
-  for (const h of route?.handle ?? []) {
-    if (Array.isArray(h.routes)) for (const sub of h.routes as RouteJson[]) upstreamsOf(sub, dials);
-    const ups = h.upstreams;
-    if (!Array.isArray(ups)) continue;
-    for (const u of ups as { dial?: unknown }[]) if (typeof u.dial === "string") dials.push(u.dial);
-  }
-  return dials;
 }

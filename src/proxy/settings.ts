@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { parse, setting } from "../config.js";
 import { projectRoot } from "../paths.js";
+import { parseCidrs } from "../util/cidrs.js";
 import { normalizeDomain } from "./domain.js";
 import { issuanceSettings } from "./issuance-settings.js";
 
@@ -181,6 +182,15 @@ export const proxySettings = {
       if (!id.ok) throw new Error(id.message);
       return id.domain;
     },
+  }),
+  upstreamDenyCidrs: setting({
+    key: "upstreamDenyCidrs",
+    env: "HOSTKEEPER_UPSTREAM_DENY_CIDRS",
+    area: "proxy",
+    doc: "Comma-separated address ranges no route's upstream may reach: a `dial` at such an address, or with a host name that resolves to one when the route is written, is refused (400). Loopback and private ranges stay allowed, since applications listen there. The agent's own API, Caddy's admin endpoint and the operator's instance ports are refused whatever this holds.",
+    defaultText: "169.254.0.0/16,fe80::/10,fd00:ec2::254/128",
+    default: ["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128"],
+    parse: (raw) => parseCidrs(parse.list(raw)),
   }),
   ...issuanceSettings,
 };
