@@ -203,3 +203,31 @@ describe("a folder another user owns", {
     );
   });
 });
+
+/** The modules that work in Caddy's user's folders: each touches files there through SharedFolder only. */
+const IN_CADDYS_FOLDERS = [
+  "src/caddy/admin.ts",
+  "src/certificates/caddy-copies.ts",
+  "src/certificates/caddy-storage.ts",
+  "src/certificates/obtain-errors.ts",
+  "src/proxy/access-log-files.ts",
+  "src/proxy/access-log-service.ts",
+];
+
+/** What `fs` offers that takes a descriptor rather than a path. */
+const ON_DESCRIPTORS = new Set(["close", "closeSync", "fstat", "fstatSync", "read", "readSync"]);
+
+test("the modules that work in Caddy's folders call fs on descriptors only, never on a path", () => {
+  const root = join(import.meta.dirname, "..", "..");
+  for (const file of IN_CADDYS_FOLDERS) {
+    const text = readFileSync(join(root, file), "utf8");
+    const used = [
+      ...[...text.matchAll(/\bfs\.(\w+)/g)].map((m) => m[1]),
+      ...[...text.matchAll(/const \{([^}]*)\} = fs;/g)].flatMap((m) =>
+        (m[1] ?? "").split(",").map((s) => s.trim()),
+      ),
+    ].filter((name): name is string => name !== undefined && name !== "" && name !== "constants");
+    const onPaths = used.filter((name) => !ON_DESCRIPTORS.has(name));
+    assert.deepEqual(onPaths, [], `${file}: use SharedFolder (src/util/shared-folder.ts) for these`);
+  }
+});
