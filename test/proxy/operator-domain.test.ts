@@ -143,9 +143,10 @@ describe("a restore may not put back a route that answers for the operator's dom
     const dataDir = mkdtempSync(join(tmpdir(), "hk-data-"));
     suite.after(() => rmSync(dataDir, { recursive: true, force: true }));
     const upPort = (await startUpstream(suite, "u")).port;
-    // Closed below, before the next agent opens the same database.
+    // Closed below (its own cleanups run), before the next agent opens the same database.
+    const closers: (() => unknown)[] = [];
     const first = await buildTestApp(
-      { after: () => {} },
+      { after: (fn: () => unknown) => closers.push(fn) },
       { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl },
       { dataDir },
     );
@@ -174,7 +175,7 @@ describe("a restore may not put back a route that answers for the operator's dom
     assert.equal(planted.status, 200, planted.text);
     await write("DELETE", "/v1/proxy/routes/any.test");
     change.catchAll = await lastChange("any.test");
-    await first.app.close();
+    for (const close of closers.reverse()) await close();
 
     h = await buildTestApp(
       suite,
