@@ -60,19 +60,11 @@ export class CaddyCopies {
   /** Removes every copy but those of `kept` (a replaced or deleted certificate's, any left by a crash). */
   removeAllBut(kept: readonly CustomCertificate[]): void {
     const keep = new Set(kept.flatMap((c) => [`${c.name}.${c.hash}.crt`, `${c.name}.${c.hash}.key`]));
-    let folder: SharedFolder;
-    try {
-      folder = SharedFolder.open(this.dir, this.caddyUser === undefined ? {} : { owner: this.caddyUser });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
-      throw err;
-    }
-    try {
+    const options = this.caddyUser === undefined ? {} : { owner: this.caddyUser };
+    SharedFolder.withIfThere(this.dir, options, (folder) => {
       for (const name of folder.names())
         if (!keep.has(name) && !folder.stat(name)?.isDirectory()) folder.remove(name);
-    } finally {
-      folder.close();
-    }
+    });
   }
 }
 

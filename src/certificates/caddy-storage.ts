@@ -1,9 +1,9 @@
 import { join } from "node:path";
 import { fs } from "../util/node-builtins.js";
-import { SharedFolder, UnsafePathError } from "../util/shared-folder.js";
+import { readStart, SharedFolder, UnsafePathError } from "../util/shared-folder.js";
 import { type CertificateFacts, leafFacts } from "./pem.js";
 
-const { closeSync, readSync } = fs;
+const { closeSync } = fs;
 
 /** Caddy's issuer key of its internal CA: certificates stored under it are `internal`, the others `acme`. */
 export const INTERNAL_ISSUER_KEY = "local";
@@ -60,7 +60,7 @@ export class CertificateFiles {
       }
       let facts: CertificateFacts | null;
       try {
-        facts = leafFacts(readAll(file.fd, size));
+        facts = leafFacts(readStart(file.fd, Math.min(size, MAX_CERTIFICATE_BYTES)));
       } catch {
         facts = null;
       }
@@ -76,18 +76,6 @@ export class CertificateFiles {
     for (const [path, c] of this.cache) if (c.seen !== this.sweep) this.cache.delete(path);
     this.sweep++;
   }
-}
-
-/** At most `size` bytes (a certificate file's, at most 1 MiB) of the open file `fd`, from its start. */
-function readAll(fd: number, size: number): Buffer {
-  const buf = Buffer.alloc(Math.min(size, MAX_CERTIFICATE_BYTES));
-  let got = 0;
-  while (got < buf.length) {
-    const n = readSync(fd, buf, got, buf.length - got, got);
-    if (n === 0) break;
-    got += n;
-  }
-  return buf.subarray(0, got);
 }
 
 /** A certificate chain is a few KiB; a larger file is not read past this. */
@@ -113,16 +101,8 @@ export class CaddyStorage {
    * `certificates` folder yet (Caddy makes it with the first certificate) holds none.
    */
   open(root: string, caddyUser: number | undefined): StorageList {
-    let folder: SharedFolder | undefined;
-    try {
-      folder = SharedFolder.open(
-        join(root, "certificates"),
-        caddyUser === undefined ? {} : { owner: caddyUser },
-      );
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-    }
-    return new StorageList(folder, this.files);
+    const options = caddyUser === undefined ? {} : { owner: caddyUser };
+    return new StorageList(SharedFolder.openIfThere(join(root, "certificates"), options), this.files);
   }
 }
 
@@ -158,7 +138,7 @@ export class StorageList {
     if (key === "" || key === "." || key === "..") return undefined;
     let best: StoredCertificate | undefined;
     for (const issuerKey of issuerKeys) {
-      const host = this.subfolder(this.issuer(issuerKey), key);
+      const host = this.issuer(issuerKey)?.folderIfThere(key);
       if (host === undefined) continue;
       let facts: CertificateFacts | null | undefined;
       try {
@@ -180,18 +160,7 @@ export class StorageList {
   }
 
   private issuer(issuerKey: string): SharedFolder | undefined {
-    if (!this.issuers.has(issuerKey)) this.issuers.set(issuerKey, this.subfolder(this.folder, issuerKey));
+    if (!this.issuers.has(issuerKey)) this.issuers.set(issuerKey, this.folder?.folderIfThere(issuerKey));
     return this.issuers.get(issuerKey);
-  }
-
-  /** The folder `name` in `parent`; undefined when there is none. */
-  private subfolder(parent: SharedFolder | undefined, name: string): SharedFolder | undefined {
-    if (parent === undefined) return undefined;
-    try {
-      return parent.folder(name);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-      throw err;
-    }
   }
 }

@@ -58,8 +58,9 @@ export class ObtainErrorLog {
     let file: { fd: number; stat: Stats } | undefined;
     try {
       const options = caddyUser === undefined ? {} : { owner: caddyUser };
-      file = SharedFolder.with(dirname(path), options, (folder) => folder.openFile(basename(path)));
+      file = SharedFolder.withIfThere(dirname(path), options, (folder) => folder.openFile(basename(path)));
     } catch (err) {
+      // A log the agent may not read (EACCES, as another user) gives no errors; one that fails a check says so.
       if (err instanceof UnsafePathError) throw err;
       return this.errors;
     }

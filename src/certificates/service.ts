@@ -128,8 +128,9 @@ export class CertificateService {
         this.o.tls.policies(),
       ]),
     );
-    const errors = await this.obtainErrorsOf(logFile);
-    const storage = await this.warned(() => this.storage.open(root, this.caddyUser()));
+    const caddyUser = await this.warned(() => this.caddyUser());
+    const errors = await this.obtainErrorsOf(logFile, caddyUser);
+    const storage = await this.warned(() => this.storage.open(root, caddyUser));
     let entries: CertificateEntry[];
     try {
       entries = await this.warned(() => this.hostEntries(routesText, storage, policies, errors));
@@ -144,10 +145,13 @@ export class CertificateService {
    * Caddy's last failures to get certificates, from its journal or its log file. A log file that fails
    * SharedFolder's checks is left unread, with a warning: the list goes on without the errors.
    */
-  private async obtainErrorsOf(logFile: string | undefined): Promise<ReadonlyMap<string, ObtainError>> {
+  private async obtainErrorsOf(
+    logFile: string | undefined,
+    caddyUser: number | undefined,
+  ): Promise<ReadonlyMap<string, ObtainError>> {
     if (logFile === undefined && this.journal) return this.journal.read();
     try {
-      return await this.warned(() => this.obtainErrors.read(logFile, this.caddyUser()));
+      return await this.warned(() => this.obtainErrors.read(logFile, caddyUser));
     } catch (err) {
       if (err instanceof UnsafePathError) return new Map();
       throw err;

@@ -1,6 +1,6 @@
 import { basename, dirname } from "node:path";
 import { promisify } from "node:util";
-import { fs, type Stats } from "../util/node-builtins.js";
+import { fs } from "../util/node-builtins.js";
 import { SharedFolder } from "../util/shared-folder.js";
 
 /*
@@ -32,13 +32,7 @@ export interface Tail {
  * file is refused with UnsafePathError, never opened).
  */
 export async function tailLines(path: string, n: number, maxBytes = TAIL_MAX_BYTES): Promise<Tail> {
-  let file: { fd: number; stat: Stats } | undefined;
-  try {
-    file = SharedFolder.with(dirname(path), {}, (folder) => folder.openFile(basename(path)));
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return { lines: [], cut: false };
-    throw err;
-  }
+  const file = SharedFolder.withIfThere(dirname(path), {}, (folder) => folder.openFile(basename(path)));
   if (file === undefined) return { lines: [], cut: false };
   const { fd } = file;
   try {
@@ -102,18 +96,13 @@ export function staleFiles(
   keepDays: number,
   now = Date.now(),
 ): StaleLook {
-  let folder: SharedFolder;
-  try {
-    folder = SharedFolder.open(dir);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return { stale: [], refused: [] };
-    throw err;
-  }
-  try {
-    return staleIn(folder, logging, now - keepDays * 86_400_000);
-  } finally {
-    folder.close();
-  }
+  const before = now - keepDays * 86_400_000;
+  return (
+    SharedFolder.withIfThere(dir, {}, (folder) => staleIn(folder, logging, before)) ?? {
+      stale: [],
+      refused: [],
+    }
+  );
 }
 
 function staleIn(folder: SharedFolder, logging: ReadonlySet<string>, before: number): StaleLook {
@@ -131,20 +120,12 @@ function staleIn(folder: SharedFolder, logging: ReadonlySet<string>, before: num
 
 /** Removes the stale files (see `staleFiles`), each checked again just before; returns the names removed. */
 export function removeStaleFiles(dir: string, logging: ReadonlySet<string>, keepDays: number): string[] {
-  let folder: SharedFolder;
-  try {
-    folder = SharedFolder.open(dir);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
-    throw err;
-  }
-  try {
-    const removed: string[] = [];
-    // Unlinking removes the name in this folder and nothing else, whatever it has become meanwhile.
-    for (const name of staleIn(folder, logging, Date.now() - keepDays * 86_400_000).stale)
-      if (folder.remove(name)) removed.push(name);
-    return removed;
-  } finally {
-    folder.close();
-  }
+  const before = Date.now() - keepDays * 86_400_000;
+  // Unlinking removes the name in this folder and nothing else, whatever it has become meanwhile.
+  const removed = SharedFolder.withIfThere(dir, {}, (folder) => {
+    const names: string[] = [];
+    for (const name of staleIn(folder, logging, before).stale) if (folder.remove(name)) names.push(name);
+    return names;
+  });
+  return removed ?? [];
 }

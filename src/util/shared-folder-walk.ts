@@ -26,10 +26,19 @@ export interface SharedFolderOptions {
 
 export const at = (fd: number, name: string) => `/proc/self/fd/${fd}/${name}`;
 export const code = (err: unknown) => (err as NodeJS.ErrnoException).code;
-const asRoot = () => process.geteuid?.() === 0;
+export const asRoot = () => process.geteuid?.() === 0;
+
+/**
+ * What is wrong with a folder inside `owner`'s part of a path: another user's than the owner's or root's, or
+ * writable by others; undefined when nothing is.
+ */
+export function ownersFolderProblem(st: Stats, owner: number): string | undefined {
+  if (st.uid !== owner && st.uid !== 0) return `belongs to uid ${st.uid}, not to uid ${owner}`;
+  return othersWrite(st, false);
+}
 
 /** Why a folder's mode lets users other than its owner (and root) change what is in it; undefined when it does not. */
-export function othersWrite(st: Stats, stickyAllowed: boolean): string | undefined {
+function othersWrite(st: Stats, stickyAllowed: boolean): string | undefined {
   if (stickyAllowed && st.mode & 0o1000) return undefined;
   if (st.mode & 0o002) return "is writable by every user";
   if (st.mode & 0o020 && st.gid !== 0) return `is writable by group ${st.gid}`;
@@ -144,9 +153,8 @@ function passFolder(s: WalkState, st: Stats, owner: number | undefined): void {
       throw new UnsafePathError(s.at, `belongs to uid ${st.uid}, not to uid ${owner}`);
     s.zoneOwner = st.uid;
     s.zoneGroup = st.gid;
-  } else if (st.uid !== s.zoneOwner && st.uid !== 0)
-    throw new UnsafePathError(s.at, `belongs to uid ${st.uid}, not to uid ${s.zoneOwner}`);
-  const why = othersWrite(st, false);
+  }
+  const why = ownersFolderProblem(st, s.zoneOwner ?? st.uid);
   if (why) throw new UnsafePathError(s.at, why);
 }
 

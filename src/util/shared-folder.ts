@@ -1,6 +1,14 @@
 import { join, normalize } from "node:path";
 import { fs, type Stats } from "./node-builtins.js";
-import { at, code, openStep, othersWrite, type SharedFolderOptions, walk } from "./shared-folder-walk.js";
+import {
+  asRoot,
+  at,
+  code,
+  openStep,
+  ownersFolderProblem,
+  type SharedFolderOptions,
+  walk,
+} from "./shared-folder-walk.js";
 import { UnsafePathError } from "./unsafe-path.js";
 
 export type { SharedFolderOptions } from "./shared-folder-walk.js";
@@ -34,7 +42,27 @@ const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | const
 /** Linux's O_PATH (the same on x86-64 and arm64), which Node does not export: a descriptor of the file itself. */
 const O_PATH = 0o10000000;
 
-const asRoot = () => process.geteuid?.() === 0;
+/** What `open` makes of a path, undefined instead of the error when a folder on it (or it) is missing. */
+function missingAsUndefined(open: () => SharedFolder): SharedFolder | undefined {
+  try {
+    return open();
+  } catch (err) {
+    if (code(err) === "ENOENT") return undefined;
+    throw err;
+  }
+}
+
+/** The first `bytes` of the open file `fd` (fewer when it ends before). */
+export function readStart(fd: number, bytes: number): Buffer {
+  const buf = Buffer.alloc(bytes);
+  let got = 0;
+  while (got < buf.length) {
+    const n = readSync(fd, buf, got, buf.length - got, got);
+    if (n === 0) break;
+    got += n;
+  }
+  return buf.subarray(0, got);
+}
 
 /** A name of one entry of a folder: no `/`, not `.` or `..`. */
 function entryName(name: string): string {
@@ -83,9 +111,29 @@ export class SharedFolder {
     return w.owner;
   }
 
+  /** The folder at `path` held open (see `open`); undefined when it, or a folder on the way, is missing. */
+  static openIfThere(path: string, o: SharedFolderOptions = {}): SharedFolder | undefined {
+    return missingAsUndefined(() => SharedFolder.open(path, o));
+  }
+
   /** Runs `fn` with the folder open, and closes it. */
   static with<T>(path: string, o: SharedFolderOptions, fn: (folder: SharedFolder) => T): T {
     const folder = SharedFolder.open(path, o);
+    try {
+      return fn(folder);
+    } finally {
+      folder.close();
+    }
+  }
+
+  /** Runs `fn` with the folder open, and closes it; undefined, without running it, when the folder is missing. */
+  static withIfThere<T>(
+    path: string,
+    o: SharedFolderOptions,
+    fn: (folder: SharedFolder) => T,
+  ): T | undefined {
+    const folder = SharedFolder.openIfThere(path, o);
+    if (folder === undefined) return undefined;
     try {
       return fn(folder);
     } finally {
@@ -113,16 +161,17 @@ export class SharedFolder {
   folder(name: string, o: { create?: boolean } = {}): SharedFolder {
     const label = join(this.path, entryName(name));
     const step = openStep(this.fd, name, label, { uid: this.owner, gid: this.group }, o.create === true);
-    try {
-      if (step.stat.uid !== this.owner && step.stat.uid !== 0)
-        throw new UnsafePathError(label, `belongs to uid ${step.stat.uid}, not to uid ${this.owner}`);
-      const why = othersWrite(step.stat, false);
-      if (why) throw new UnsafePathError(label, why);
-    } catch (err) {
+    const why = ownersFolderProblem(step.stat, this.owner);
+    if (why) {
       closeSync(step.fd);
-      throw err;
+      throw new UnsafePathError(label, why);
     }
     return new SharedFolder(label, step.fd, this.owner, this.group, this.named);
+  }
+
+  /** The folder `name` in this one, held open (see `folder`); undefined when there is none. */
+  folderIfThere(name: string): SharedFolder | undefined {
+    return missingAsUndefined(() => this.folder(name));
   }
 
   /**
@@ -155,14 +204,7 @@ export class SharedFolder {
     const file = this.openFile(name);
     if (file === undefined) return undefined;
     try {
-      const buf = Buffer.alloc(Math.min(file.stat.size, maxBytes));
-      let got = 0;
-      while (got < buf.length) {
-        const n = readSync(file.fd, buf, got, buf.length - got, got);
-        if (n === 0) break;
-        got += n;
-      }
-      return buf.subarray(0, got);
+      return readStart(file.fd, Math.min(file.stat.size, maxBytes));
     } finally {
       closeSync(file.fd);
     }
