@@ -1,4 +1,11 @@
-import { bcryptCost, DECOY_USER, decoyAccount, decoyRoute, isDecoyRoute } from "./basic-auth.js";
+import {
+  bcryptCost,
+  DECOY_PREFIX,
+  DECOY_USER,
+  decoyAccount,
+  decoyRoute,
+  isDecoyRoute,
+} from "./basic-auth.js";
 import type { RouteJson } from "./plan.js";
 import { unliteral } from "./policies.js";
 import { writtenRequest } from "./written-request.js";
@@ -50,7 +57,5 @@ export function withDecoy<R extends RouteJson>(route: R): R {
  */
 export function decoysInPlace(text: string): boolean {
   const count = (needle: string) => text.split(needle).length - 1;
-  return (
-    count('"http_basic"') === count(`"replace":"Basic ${Buffer.from(`${DECOY_USER}:`).toString("base64")}"`)
-  );
+  return count('"http_basic"') === count(`"replace":"${DECOY_PREFIX}"`);
 }

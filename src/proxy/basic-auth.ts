@@ -26,6 +26,8 @@ const SCHEME = "^[Bb][Aa][Ss][Ii][Cc] ";
  * after it; a control character, which no user's name may hold, so it is no one's.
  */
 export const DECOY_USER = "\u0000hkdecoy";
+/** What a request naming no user gets before its base64 text, so that it names the decoy. */
+export const DECOY_PREFIX = `Basic ${Buffer.from(`${DECOY_USER}:`).toString("base64")}`;
 /** Salt and digest of no password: nothing was hashed to make them, so no password matches. */
 const DECOY_TAIL = "IoaA/aUPU.8fO2HNVESaEWv7w8iVdkhBHqZfY17bqMDm86jAJpBOl";
 /** The placeholder of every `Authorization` value of the request, joined with `,`. */
@@ -80,9 +82,7 @@ export function decoyRoute(usernames: readonly string[]) {
         handler: "headers",
         request: {
           replace: {
-            Authorization: [
-              { search_regexp: SCHEME, replace: `Basic ${Buffer.from(`${DECOY_USER}:`).toString("base64")}` },
-            ],
+            Authorization: [{ search_regexp: SCHEME, replace: DECOY_PREFIX }],
           },
         },
       },

@@ -143,9 +143,8 @@ export class RouteService {
     const { id, route } = this.built(request);
     if (id === this.o.operatorRouteId)
       throw new RouteExistsError(`${id} is the operator's route, which the agent manages itself`);
-    this.guardOperatorHost(route, (host) => requestFieldOf(request, id, host));
-    const checking = refused(this.o.upstreams.requestIssues(request));
-    if (checking) await checking;
+    const admitting = this.admitted(request, id, route);
+    if (admitting) await admitting;
     const result = await this.change({ kind: "create", route }, "create", {
       callbackUrl: request.callback_url,
       ctx,
@@ -157,9 +156,8 @@ export class RouteService {
     this.guardOperator(routeId);
     const { id, route } = this.built(request);
     if (id !== routeId) throw new RouteIdMismatchError(id, routeId);
-    this.guardOperatorHost(route, (host) => requestFieldOf(request, id, host));
-    const checking = refused(this.o.upstreams.requestIssues(request));
-    if (checking) await checking;
+    const admitting = this.admitted(request, id, route);
+    if (admitting) await admitting;
     const result = await this.change({ kind: "replace", id, route }, "replace", {
       callbackUrl: request.callback_url,
       ctx,
@@ -249,6 +247,16 @@ export class RouteService {
         },
       ]);
     return buildRoute(request);
+  }
+
+  /**
+   * The write-time rules of a create or replace beyond the request's shape: the route must not answer for
+   * the operator's domain, nor its upstreams reach what must stay private. A promise only while host names
+   * are resolved, so a change that needs none reaches the writer in the order it was asked for.
+   */
+  private admitted(request: RouteWriteRequest, id: string, route: RouteJson): Promise<void> | undefined {
+    this.guardOperatorHost(route, (host) => requestFieldOf(request, id, host));
+    return refused(this.o.upstreams.requestIssues(request));
   }
 
   /**
