@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { before, describe, test } from "node:test";
 import { buildTestApp } from "../helpers/app.js";
 import { capturedLogger } from "../helpers/logs.js";
+import { suiteCleanups } from "../helpers/suite.js";
 import { DAY, type Entry, peerCertificate, testCa, tlsSetup } from "./support.js";
 
 /** The operator's domain as set, and as the agent holds it (its route id). */
@@ -11,11 +12,7 @@ const OPERATOR_ID = "op.xn--bcher-kva.test";
 // One agent and Caddy for all the cases: a refused certificate changes nothing, and the one taken has a
 // name of its own.
 describe("a custom certificate may not cover the operator's domain", () => {
-  const cleanups: (() => unknown)[] = [];
-  const suite = { after: (fn: () => unknown) => cleanups.push(fn) };
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
+  const suite = suiteCleanups();
   let s: Awaited<ReturnType<typeof tlsSetup>>;
   let ca: ReturnType<typeof testCa>;
   before(async () => {

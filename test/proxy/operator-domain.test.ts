@@ -2,27 +2,17 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, before, describe, test } from "node:test";
+import { before, describe, test } from "node:test";
 import type { Response } from "light-my-request";
 import { buildTestApp, type TestApp } from "../helpers/app.js";
 import { startCaddy, type TestCaddy } from "../helpers/caddy.js";
 import { startUpstream, viaProxy } from "../helpers/http.js";
+import { suiteCleanups } from "../helpers/suite.js";
 import { route } from "./support.js";
 
 /** The operator's domain as set, and as the agent holds it (its route id). */
 const OPERATOR = "op.Bücher.test.";
 const OPERATOR_ID = "op.xn--bcher-kva.test";
-
-type After = { after: (fn: () => unknown) => void };
-
-/** A suite's own `after` list, run when the suite ends. */
-function suiteCleanups(): After {
-  const cleanups: (() => unknown)[] = [];
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
-  return { after: (fn) => cleanups.push(fn) };
-}
 
 /** A 409 naming the operator's domain and what covers it. */
 function assertReserved(res: Response, coveredBy: string | null): string {

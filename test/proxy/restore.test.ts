@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
-import { after, before, describe, type TestContext, test } from "node:test";
+import { before, describe, type TestContext, test } from "node:test";
 import { buildTestApp, type TestApp } from "../helpers/app.js";
 import { startCaddy, type TestCaddy } from "../helpers/caddy.js";
 import { startUpstream, viaProxy } from "../helpers/http.js";
+import { suiteCleanups } from "../helpers/suite.js";
 
 // Restoring the state a change captured, against a real Caddy, with traffic through its listener.
 
@@ -143,11 +144,7 @@ test("a recreated route goes where a create would put it: before a wildcard that
 
 // One agent and Caddy for the refusals: each case leaves Caddy as it found it.
 describe("restore refusals: 400, 403, 404, 409", () => {
-  const cleanups: (() => unknown)[] = [];
-  const suite = { after: (fn: () => unknown) => cleanups.push(fn) };
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
+  const suite = suiteCleanups();
   let s: Awaited<ReturnType<typeof setup>>;
   /** Change ids: the create and delete of gone.test, the replace of kept.test, the create of other.test. */
   const ids = { goneCreate: 0, goneDelete: 0, keptReplace: 0, otherCreate: 0 };

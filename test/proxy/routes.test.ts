@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { before, describe, test } from "node:test";
 import { buildTestApp, TEST_SECRET } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver, startUpstream, verifyStandardWebhook, viaProxy } from "../helpers/http.js";
+import { suiteCleanups } from "../helpers/suite.js";
 
 const OPERATOR = "ops.example.test";
 
@@ -320,11 +321,7 @@ const fieldsOf = (b: Record<string, unknown>) => (b.errors as { field: string }[
 // One agent and Caddy for all the cases (each only asks; none changes a route), so that each case is a
 // test of its own and fails for its own reason.
 describe("problems: 401, 400 (naming fields), 403, 404, 409, 413, 415", () => {
-  const cleanups: (() => unknown)[] = [];
-  const suite = { after: (fn: () => unknown) => cleanups.push(fn) };
-  after(async () => {
-    for (const fn of cleanups.reverse()) await fn();
-  });
+  const suite = suiteCleanups();
   let h: Awaited<ReturnType<typeof setup>>;
   let upPort: number;
   const call = (opts: Parameters<typeof h.call>[0]) => h.call(opts);
