@@ -81,6 +81,23 @@ function* chunks(pieces: Iterable<string>): Generator<string, void, undefined> {
 
 type Body = string | JsonPieces;
 
+/** What one call may set for itself; the rest is the client's. */
+export interface CallOptions {
+  /** How long the call waits for Caddy, in ms; default the client's time-out. */
+  timeoutMs?: number;
+  /**
+   * False: the call is left out of the agent's metrics, which count the requests made for the routes (the
+   * probes, the status, the certificates and the embedded Caddy's set-up are not). Default true.
+   */
+  counted?: boolean;
+}
+
+/** A read's options: `attempts` bounds the tries across Caddy's admin restarts (READ_ATTEMPTS by default). */
+export type ReadOptions = CallOptions & { attempts?: number };
+
+/** One request's body and If-Match, besides its call options. */
+type SentOptions = CallOptions & { body?: Body; ifMatch?: string };
+
 /** Caddy's admin endpoint could not be reached or did not answer in time. */
 export class CaddyUnavailableError extends Error {
   /** Why no answer came: no connection, no answer in time, or an answer broken off. */
@@ -165,16 +182,20 @@ const isLarge = (body: Body | undefined) =>
  * A client for Caddy's admin API over TCP or a unix socket. Uses node:http rather than fetch: fetch sends
  * `Sec-Fetch-Mode`, which Caddy >= 2.11 answers with 403. No keep-alive: every config change restarts
  * the admin server, and a write on a reused, half-closed socket could not be told apart from a lost write.
+ * A call that needs another time-out than the client's, or must not be counted, says so (CallOptions).
  */
 export class CaddyAdmin {
   private readonly base: RequestOptions;
+  /** Where each request's latency and each error is counted; unset for clients nobody scrapes. */
+  private metrics: Metrics | undefined;
 
   constructor(
     readonly address: CaddyAdminAddress,
+    /** Each call's time-out unless it sets its own. */
     private readonly timeoutMs: number,
-    /** Where each request's latency and each error is counted; absent for clients nobody scrapes. */
-    private readonly metrics?: Metrics,
+    metrics?: Metrics,
   ) {
+    this.metrics = metrics;
     this.base =
       address.kind === "unix"
         ? { createConnection: unixConnection(address.socketPath), headers: { host: "localhost" } }
@@ -182,44 +203,51 @@ export class CaddyAdmin {
   }
 
   /** One request. Throws CaddyUnavailableError when no answer came; returns any status Caddy answered. */
-  raw(method: string, path: string, opts: { body?: Body; ifMatch?: string } = {}): Promise<CaddyResponse> {
+  raw(method: string, path: string, opts: SentOptions = {}): Promise<CaddyResponse> {
     return this.counted(
       method,
+      opts,
       () => this.request(method, path, opts),
       (res) => res.status,
     );
   }
 
+  /** The metrics a call is counted in; none for a call that asks not to be. */
+  private metricsOf(call: CallOptions): Metrics | undefined {
+    return call.counted === false ? undefined : this.metrics;
+  }
+
   /** Runs one request, counting its latency by outcome and its error by reason. */
-  private async counted<T>(method: string, run: () => Promise<T>, statusOf: (res: T) => number): Promise<T> {
+  private async counted<T>(
+    method: string,
+    call: CallOptions,
+    run: () => Promise<T>,
+    statusOf: (res: T) => number,
+  ): Promise<T> {
+    const metrics = this.metricsOf(call);
     const started = process.hrtime.bigint();
+    const observe = (outcome: CaddyRequestOutcome) =>
+      metrics?.caddyAdminDuration.observe({ method, outcome }, secondsSince(started));
     try {
       const res = await run();
-      this.observe(method, started, outcomeOf(statusOf(res)));
+      observe(outcomeOf(statusOf(res)));
       return res;
     } catch (err) {
-      this.observe(method, started, "error");
+      observe("error");
       const reason = err instanceof CaddyUnavailableError ? err.reason : "unreachable";
-      this.metrics?.caddyAdminErrors.inc({ method, reason });
+      metrics?.caddyAdminErrors.inc({ method, reason });
       throw err;
     }
   }
 
-  private observe(method: string, started: bigint, outcome: CaddyRequestOutcome): void {
-    this.metrics?.caddyAdminDuration.observe({ method, outcome }, secondsSince(started));
-  }
-
-  private request(
-    method: string,
-    path: string,
-    opts: { body?: Body; ifMatch?: string },
-  ): Promise<CaddyResponse> {
+  private request(method: string, path: string, opts: SentOptions): Promise<CaddyResponse> {
+    const timeoutMs = opts.timeoutMs ?? this.timeoutMs;
     return new Promise((resolve, reject) => {
       const req = this.send(method, path, opts, (err) => {
         clearTimeout(timer);
         reject(err);
       });
-      const timer = setTimeout(() => req.destroy(timeoutError(this.timeoutMs)), this.timeoutMs);
+      const timer = setTimeout(() => req.destroy(timeoutError(timeoutMs)), timeoutMs);
       req.on("response", (res) => {
         // Decoded chunk by chunk into one string (V8 joins the pieces when it is parsed), rather than
         // joined into one Buffer first: at 20,000 routes that Buffer is 5 MB of native memory per read,
@@ -246,7 +274,7 @@ export class CaddyAdmin {
   private send(
     method: string,
     path: string,
-    opts: { body?: Body; ifMatch?: string },
+    opts: SentOptions,
     fail: (err: CaddyUnavailableError) => void,
   ): ClientRequest {
     const headers: Record<string, string> = { ...(this.base.headers as Record<string, string>) };
@@ -285,14 +313,16 @@ export class CaddyAdmin {
    * (the routes of a big server). Retried like `read` until the answer's head arrives. The head must come
    * within the time-out; after it, the body may pause that long at most (the stream then fails).
    */
-  stream(path: string, attempts = READ_ATTEMPTS): Promise<CaddyStream> {
-    return retriedAcrossReload(attempts, async () => {
+  stream(path: string, opts: ReadOptions = {}): Promise<CaddyStream> {
+    const timeoutMs = opts.timeoutMs ?? this.timeoutMs;
+    return retriedAcrossReload(opts.attempts ?? READ_ATTEMPTS, async () => {
       const res = await this.counted(
         "GET",
+        opts,
         () =>
           new Promise<IncomingMessage>((resolve, reject) => {
             const req = this.send("GET", path, {}, reject);
-            req.setTimeout(this.timeoutMs, () => req.destroy(timeoutError(this.timeoutMs)));
+            req.setTimeout(timeoutMs, () => req.destroy(timeoutError(timeoutMs)));
             req.on("response", resolve);
           }),
         (r) => r.statusCode ?? 0,
@@ -307,14 +337,15 @@ export class CaddyAdmin {
    * A read, retried a bounded number of times on connection errors: reads that land while Caddy restarts
    * its admin server after a config change see a reset.
    */
-  read(path: string, attempts = READ_ATTEMPTS): Promise<CaddyResponse> {
-    return retriedAcrossReload(attempts, () => this.raw("GET", path));
+  read(path: string, opts: ReadOptions = {}): Promise<CaddyResponse> {
+    const { attempts = READ_ATTEMPTS, ...call } = opts;
+    return retriedAcrossReload(attempts, () => this.raw("GET", path, call));
   }
 
   /** The ETag the path an If-Match value names has now (Caddy's ETags are `"<path> <hash>"`). */
-  private async etagNow(ifMatch: string): Promise<string | undefined> {
+  private async etagNow(ifMatch: string, call: CallOptions): Promise<string | undefined> {
     const path = ifMatch.slice(1, -1).split(" ")[0] ?? "";
-    return path.startsWith("/config/") ? (await this.read(path)).etag : undefined;
+    return path.startsWith("/config/") ? (await this.read(path, call)).etag : undefined;
   }
 
   /**
@@ -328,18 +359,21 @@ export class CaddyAdmin {
     path: string,
     body?: unknown,
     ifMatch?: string,
+    call: CallOptions = {},
   ): Promise<void> {
     const opts = {
+      ...call,
       ...(body === undefined ? {} : { body: body instanceof JsonPieces ? body : JSON.stringify(body) }),
       ...(ifMatch ? { ifMatch } : {}),
     };
     const res = await retriedAcrossReload(
       READ_ATTEMPTS,
       () => this.raw(method, path, opts),
-      async (err) => neverSent(err) || (ifMatch !== undefined && (await this.etagNow(ifMatch)) === ifMatch),
+      async (err) =>
+        neverSent(err) || (ifMatch !== undefined && (await this.etagNow(ifMatch, call)) === ifMatch),
     );
     if (res.status < 200 || res.status >= 300) {
-      this.metrics?.caddyAdminErrors.inc({ method, reason: "status" });
+      this.metricsOf(call)?.caddyAdminErrors.inc({ method, reason: "status" });
       throw new CaddyApiError(res.status, caddyErrorText(res));
     }
   }

@@ -1,4 +1,4 @@
-import type { CaddyAdmin } from "./admin.js";
+import type { CaddyAdmin, CallOptions } from "./admin.js";
 
 /** The line of Caddy's `/metrics` that says when it last loaded a config (see `lastLoad`). */
 const LAST_LOAD = "caddy_config_last_reload_success_timestamp_seconds ";
@@ -19,10 +19,10 @@ const LONGEST_LINE = 4096;
  * The metric families come sorted by name, and this one near the top: the answer is read only up to it,
  * however many HTTP metrics a Caddy with per-host metrics prints after it.
  */
-export async function lastLoad(admin: CaddyAdmin): Promise<string | undefined> {
+export async function lastLoad(admin: CaddyAdmin, call: CallOptions = {}): Promise<string | undefined> {
   let res: Awaited<ReturnType<CaddyAdmin["stream"]>>;
   try {
-    res = await admin.stream("/metrics", 1);
+    res = await admin.stream("/metrics", { ...call, attempts: 1 });
   } catch {
     return undefined;
   }
@@ -56,11 +56,15 @@ export async function lastLoad(admin: CaddyAdmin): Promise<string | undefined> {
 export class PerLoad<T> {
   private held: { load: string; value: Promise<T> } | undefined;
 
-  constructor(private readonly admin: CaddyAdmin) {}
+  constructor(
+    private readonly admin: CaddyAdmin,
+    /** The options of the reads of Caddy's last load (a status reader's time-out, not counted). */
+    private readonly call: CallOptions = {},
+  ) {}
 
   async get(compute: () => Promise<T>): Promise<T> {
     // Read before `compute` reads the config, so the value is at least as new as the load it is kept for.
-    const load = await lastLoad(this.admin);
+    const load = await lastLoad(this.admin, this.call);
     if (load === undefined) return compute();
     let held = this.held;
     if (held?.load !== load) {

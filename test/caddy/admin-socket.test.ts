@@ -53,7 +53,7 @@ describe("the admin socket in a folder of Caddy's user", {
     symlinkSync(join(top, "daemon.sock"), socket);
     lchownSync(socket, CADDY, CADDY);
     await assert.rejects(
-      admin.read("/config/", 1),
+      admin.read("/config/", { attempts: 1 }),
       (err: unknown) => err instanceof CaddyUnavailableError && /admin\.sock is a link/.test(err.message),
     );
     assert.equal(daemon.requests(), 0);
@@ -62,7 +62,7 @@ describe("the admin socket in a folder of Caddy's user", {
   test("no socket file is unreachable (ENOENT), as before", async (t) => {
     const admin = new CaddyAdmin({ kind: "unix", socketPath: join(temp(t), "admin.sock") }, 5_000);
     await assert.rejects(
-      admin.read("/config/", 1),
+      admin.read("/config/", { attempts: 1 }),
       (err: unknown) => err instanceof CaddyUnavailableError && /unreachable: ENOENT/.test(err.message),
     );
   });
