@@ -1,4 +1,5 @@
-import { type ConfigField, nestFields, setIn } from "../caddy/config-fields.js";
+import { setIn } from "../caddy/config.js";
+import { type ConfigField, nestFields } from "../caddy/config-fields.js";
 
 /**
  * The one write that creates the managed server holding `routes`: a POST of the server, or of the nearest
