@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { CaddyAdmin } from "../caddy/admin.js";
+import { CaddyConfig } from "../caddy/config.js";
 import { embeddedCaddyFiles } from "../caddy/files.js";
 import { CaddyTlsConfig } from "../certificates/caddy-tls.js";
 import { CustomCertificateStore } from "../certificates/custom-store.js";
@@ -79,7 +80,7 @@ export function buildAreas(
   });
   const certificates = new CertificateService({
     // Its own client, not counted: the admin API's metrics are those of the requests made for routes.
-    tls: new CaddyTlsConfig(new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs)),
+    tls: new CaddyTlsConfig(new CaddyConfig(new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs))),
     store: new CustomCertificateStore(agent.dataDir),
     routesText: () => writer.routesText(),
     caddyDataDir: embeddedCaddy
