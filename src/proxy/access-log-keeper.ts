@@ -1,5 +1,6 @@
 import type { Logger } from "pino";
-import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
+import type { CaddyAdmin } from "../caddy/admin.js";
+import { CaddyConfig, type ConfigKeys } from "../caddy/config.js";
 import { type AccessLogFiles, accessLogState, loggingOf, loggingRoutesOf } from "./access-logs.js";
 import { CaddyAccessLogs } from "./caddy-access-logs.js";
 import type { Op, RouteJson } from "./plan.js";
@@ -14,19 +15,21 @@ import type { BatchHooks } from "./writer.js";
  * holds: a burst of changes pays for that once. Routes that do not log cost nothing.
  */
 export class AccessLogKeeper implements BatchHooks {
+  private readonly config: CaddyConfig;
   private readonly caddy: CaddyAccessLogs;
-  private readonly routesPath: string;
+  private readonly routes: ConfigKeys;
   private logging: Set<string> | undefined;
 
   constructor(
-    private readonly admin: CaddyAdmin,
+    admin: CaddyAdmin,
     server: string,
     /** Where and how Caddy writes the files; undefined when the agent has no folder for them. */
     private readonly files: AccessLogFiles | undefined,
     private readonly log: Logger,
   ) {
-    this.caddy = new CaddyAccessLogs(admin, server);
-    this.routesPath = `/config/apps/http/servers/${server}/routes`;
+    this.config = new CaddyConfig(admin);
+    this.caddy = new CaddyAccessLogs(this.config, server);
+    this.routes = ["apps", "http", "servers", server, "routes"];
   }
 
   needs(op: Op): boolean {
@@ -85,11 +88,8 @@ export class AccessLogKeeper implements BatchHooks {
     return this.logging;
   }
 
+  /** Caddy's text of the managed server's routes; a server not there yet has none. */
   private async routesText(): Promise<string> {
-    const res = await this.admin.read(this.routesPath);
-    if (res.status === 200) return res.text;
-    // A server not there yet (400: its parent is missing) has no route.
-    if (res.status === 400 || res.status === 404) return "[]";
-    throw new CaddyApiError(res.status, caddyErrorText(res));
+    return (await this.config.text(this.routes)) ?? "[]";
   }
 }

@@ -1,4 +1,4 @@
-import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
+import type { CaddyConfig, ConfigKeys, Planned } from "../caddy/config.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import {
   ACCESS_LOG_PREFIX,
@@ -28,96 +28,70 @@ export interface AccessLogWrites {
 /**
  * The access logs' parts of Caddy's config (see access-logs.ts): the agent's entries of `logging.logs` and
  * the `exclude` of the default log (never its writer, which prepareLogging owns), and the managed server's
- * `logs`. Each is read, and written with If-Match from that read only when it differs.
+ * `logs`. Each is a change of CaddyConfig: read, and written with If-Match of that read only when it differs.
  */
 export class CaddyAccessLogs {
-  private readonly serverLogsPath: string;
+  private readonly serverLogs: ConfigKeys;
 
   constructor(
-    private readonly admin: CaddyAdmin,
+    private readonly config: CaddyConfig,
     server: string,
   ) {
-    this.serverLogsPath = `/config/apps/http/servers/${server}/logs`;
+    this.serverLogs = ["apps", "http", "servers", server, "logs"];
   }
 
   /** Brings the logs in line with `want` (see AccessLogMode): the logs first, so a mapped host has its file. */
   async bringInLine(want: AccessLogState, mode: AccessLogMode): Promise<AccessLogWrites> {
-    const p = await this.plan(want, mode);
-    for (const w of [p.logging, p.server]) if (w) await this.admin.write(w.method, w.path, w.value, w.etag);
+    const [logging, server] = await this.plan(want, mode);
+    const wroteLogging = await this.config.apply(logging);
+    const wroteServer = await this.config.apply(server);
     return {
-      logging: p.logging !== undefined,
-      server: p.server !== undefined,
-      serverMissing: p.serverMissing,
+      logging: wroteLogging.written,
+      server: wroteServer.written,
+      serverMissing: wroteServer.missing && want.hosts.size > 0,
     };
   }
 
   /** Whether Caddy holds something else than `want` for the agent's parts; reads only. */
   async differs(want: AccessLogState): Promise<boolean> {
-    const p = await this.plan(want, "exact");
-    return p.logging !== undefined || p.server !== undefined;
+    const planned = await this.plan(want, "exact");
+    return planned.some((p) => p.write !== undefined);
   }
 
-  /** The writes that bring each part in line, from one read of each (their ETags go with them). */
-  private async plan(want: AccessLogState, mode: AccessLogMode) {
-    const [logging, server] = await Promise.all([this.planLogging(want, mode), this.planServer(want, mode)]);
-    return {
-      logging,
-      server: server === "missing" ? undefined : server,
-      serverMissing: server === "missing",
-    };
-  }
-
-  private async planLogging(want: AccessLogState, mode: AccessLogMode): Promise<Write | undefined> {
-    const res = await this.admin.read("/config/logging");
-    if (res.status !== 200) throw new CaddyApiError(res.status, caddyErrorText(res));
-    const logging = JSON.parse(res.text) as Json | null;
-    const current = (logging?.logs ?? {}) as Record<string, Json>;
-    const next: Record<string, Json> = { ...current };
-    if (mode === "exact")
-      for (const key of Object.keys(next))
-        if (key.startsWith(ACCESS_LOG_PREFIX) && !want.logs.has(key)) delete next[key];
-    for (const [key, log] of want.logs) next[key] = log;
-    if (want.logs.size > 0) next.default = withoutAccessEntries(next.default);
-    if (canonicalJson(next) === canonicalJson(current)) return undefined;
-    // POST sets an object's key whether or not it is there; If-Match (of /config/logging) keeps it off a
-    // concurrent change.
-    return logging === null
-      ? { method: "POST", path: "/config/logging", value: { logs: next }, etag: res.etag }
-      : { method: "POST", path: "/config/logging/logs", value: next, etag: res.etag };
-  }
-
-  private async planServer(
-    want: AccessLogState,
-    mode: AccessLogMode,
-  ): Promise<Write | "missing" | undefined> {
-    const res = await this.admin.read(this.serverLogsPath);
-    // A missing server reads as 400 (its parent is missing): there is no host to map yet.
-    if (res.status === 400 || res.status === 404) return want.hosts.size === 0 ? undefined : "missing";
-    if (res.status !== 200) throw new CaddyApiError(res.status, caddyErrorText(res));
-    const current = JSON.parse(res.text) as Json | null;
-    const ours = isOwnServerLogs(current);
-    const hosts = new Set(want.hosts);
-    if (mode === "add" && ours)
-      for (const h of Object.keys((current?.logger_names ?? {}) as Json)) hosts.add(h);
-    const path = this.serverLogsPath;
-    if (hosts.size === 0) {
-      // No route logs: a server without `logs` records no request at all. A `logs` the agent did not
-      // write (an adopted Caddy's) stays while no route logs.
-      if (!ours || mode === "add") return undefined;
-      return { method: "DELETE", path, value: undefined, etag: res.etag };
-    }
-    const next = serverLogs(hosts);
-    if (canonicalJson(next) === canonicalJson(current)) return undefined;
-    return { method: "POST", path, value: next, etag: res.etag };
+  /**
+   * Both parts read together, each with the write that brings it in line. The server's `logs` needs the
+   * managed server: while it does not exist there is no host to map (`missing`).
+   */
+  private plan(want: AccessLogState, mode: AccessLogMode): Promise<[Planned, Planned]> {
+    return Promise.all([
+      this.config.plan(["logging", "logs"], (current) => loggingLogs(current, want, mode)),
+      this.config.plan(this.serverLogs, (current) => serverHostMap(current, want, mode), { needs: 4 }),
+    ]);
   }
 }
 
-/** One write of a part, with the ETag of the read it was planned from. */
-interface Write {
-  method: "POST" | "DELETE";
-  path: string;
-  value: unknown;
-  etag: string | undefined;
+/** `logging.logs` (undefined: none) holding the routes' logs `want` names, in the given mode. */
+function loggingLogs(current: unknown, want: AccessLogState, mode: AccessLogMode): unknown {
+  const have = (current ?? {}) as Record<string, Json>;
+  const next: Record<string, Json> = { ...have };
+  if (mode === "exact")
+    for (const key of Object.keys(next))
+      if (key.startsWith(ACCESS_LOG_PREFIX) && !want.logs.has(key)) delete next[key];
+  for (const [key, log] of want.logs) next[key] = log;
+  if (want.logs.size > 0) next.default = withoutAccessEntries(next.default);
+  return canonicalJson(next) === canonicalJson(have) ? current : next;
+}
+
+/** The managed server's `logs` (undefined: none) mapping the hosts `want` names, in the given mode. */
+function serverHostMap(current: unknown, want: AccessLogState, mode: AccessLogMode): unknown {
+  const ours = isOwnServerLogs(current ?? null);
+  const hosts = new Set(want.hosts);
+  if (mode === "add" && ours)
+    for (const h of Object.keys(((current as Json).logger_names ?? {}) as Json)) hosts.add(h);
+  // No route logs: a server without `logs` records no request at all. A `logs` the agent did not write
+  // (an adopted Caddy's) stays while no route logs.
+  if (hosts.size === 0) return !ours || mode === "add" ? current : undefined;
+  return serverLogs(hosts);
 }
 
 /** The default log as it was, but taking no access entry: those go to the routes' files or nowhere. */
