@@ -1,6 +1,7 @@
 import type { Readable } from "node:stream";
 import type { Logger } from "pino";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
+import { CaddyConfig } from "../caddy/config.js";
 import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
 import { caddyEtag } from "../caddy/etag.js";
 import { lastLoad, PerLoad } from "../caddy/last-load.js";
@@ -287,37 +288,35 @@ export class CaddyRoutes {
   }
 
   /**
-   * Rewrites every route `transform` changes, as one change with If-Match (one reload; none when no route
-   * changes); returns how many changed. `conforms` may tell from Caddy's text alone that nothing would
-   * change, which spares parsing every route (20,000 of them at start). Re-reads and tries once more when
-   * the routes changed meanwhile.
+   * Rewrites every route `transform` changes, as one change of CaddyConfig (one write with If-Match, one
+   * reload; none when no route changes); returns how many changed. `conforms` may tell from Caddy's text
+   * alone that nothing would change, which spares parsing every route at start. A lost race reads the
+   * routes again (CaddyConfig's rule).
    */
   async conform(
     transform: (route: RouteJson) => RouteJson,
     conforms: (text: string) => boolean = () => false,
   ): Promise<number> {
     this.cache.drop();
-    for (let attempt = 0; ; attempt++) {
-      const res = await this.admin.read(this.routesPath);
-      if (res.status !== 200 || !res.etag) {
-        if (await this.serverMissing(res.status)) return 0;
-        throw new CaddyApiError(res.status, caddyErrorText(res));
-      }
-      if (conforms(res.text)) return 0;
-      let changed = 0;
-      const routes = ((JSON.parse(res.text) as RouteJson[] | null) ?? []).map((r) => {
+    let changed = 0;
+    const rewrite = (current: unknown) => {
+      changed = 0;
+      const routes = ((current ?? []) as RouteJson[]).map((r) => {
         const out = transform(r);
         if (out !== r) changed++;
         return out;
       });
-      if (changed === 0) return 0;
-      try {
-        await this.admin.write("PATCH", this.routesPath, routes, res.etag);
-        return changed;
-      } catch (err) {
-        if (!(err instanceof CaddyApiError && err.status === 412) || attempt > 0) throw err;
-      }
-    }
+      return changed === 0 ? current : routes;
+    };
+    // The routes are what the managed server holds: a missing server has none to rewrite.
+    const keys = ["apps", "http", "servers", this.opts.server, "routes"];
+    // A rewrite that changed no route gives back the array it was given: nothing else to compare.
+    const done = await new CaddyConfig(this.admin).update(keys, rewrite, {
+      needs: 3,
+      inLine: conforms,
+      same: () => false,
+    });
+    return done.written ? changed : 0;
   }
 
   /** After a 412 on a computed ETag: stops computing them when Caddy's ETag of the routes read is not the one computed. */
@@ -331,11 +330,9 @@ export class CaddyRoutes {
     );
   }
 
-  /** Missing intermediate keys read as 400 ("invalid traversal path"); confirm the server is really absent. */
-  private async serverMissing(status: number): Promise<boolean> {
-    if (status !== 400 && status !== 404) return false;
-    const res = await this.admin.read(this.serverPath);
-    return res.status === 400 || res.status === 404 || (res.status === 200 && res.text.trim() === "null");
+  /** Whether a read of the routes answered `status` because the managed server is missing (CaddyConfig's rule). */
+  private serverMissing(status: number): Promise<boolean> {
+    return new CaddyConfig(this.admin).isMissing(["apps", "http", "servers", this.opts.server], status);
   }
 
   private async read(): Promise<RoutesState> {
