@@ -3,6 +3,7 @@ import { managedServerCreation } from "../proxy/server-creation.js";
 import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { fs } from "../util/node-builtins.js";
 import { CaddyAdmin } from "./admin.js";
+import { CaddyConfig } from "./config.js";
 import type { ConfigField } from "./config-fields.js";
 import { type EmbeddedCaddyFiles, embeddedCaddyFiles } from "./files.js";
 import { refuseForeignListeners, refuseHeldAddresses } from "./listener-checks.js";
@@ -55,6 +56,8 @@ export class EmbeddedCaddy {
   private readonly admin: CaddyAdmin;
   /** Asks whether Caddy answers: a hung Caddy must not hold the start for a whole admin time-out. */
   private readonly probe: CaddyAdmin;
+  /** Caddy's config as the set-up reads and writes it. */
+  private readonly caddyConfig: CaddyConfig;
   private readonly supervisor: CaddySupervisor;
   private readonly startTimeoutMs: number;
   private version: { pid: number; value: Promise<string | null> } | undefined;
@@ -65,6 +68,7 @@ export class EmbeddedCaddy {
     this.address = { kind: "unix", socketPath: this.files.socket };
     this.admin = new CaddyAdmin(this.address, o.adminTimeoutMs);
     this.probe = new CaddyAdmin(this.address, 2_000);
+    this.caddyConfig = new CaddyConfig(this.admin);
     this.startTimeoutMs = o.startTimeoutMs ?? 15_000;
     this.supervisor = new CaddySupervisor({
       restartBackoffMs: o.restartBackoffMs,
@@ -171,17 +175,17 @@ export class EmbeddedCaddy {
 
   /** The running Caddy's config as the agent needs it, and its listen addresses its own. */
   private async prepare(): Promise<void> {
-    await prepareServer(this.admin, this.server, this.o.log);
-    await prepareLogging(this.admin, this.files.log, this.o.logRoll, this.o.log);
+    await prepareServer(this.caddyConfig, this.server, this.o.log);
+    await prepareLogging(this.caddyConfig, this.files.log, this.o.logRoll, this.o.log);
     refuseForeignListeners(this.supervisor.pid, this.o.listen);
   }
 
   /** After a restart `--resume` brought the config back: this only repairs one that lost a part. */
   private async repair(): Promise<void> {
-    await prepareServer(this.admin, this.server, this.o.log).catch((err: unknown) =>
+    await prepareServer(this.caddyConfig, this.server, this.o.log).catch((err: unknown) =>
       this.o.log.error({ err }, "the embedded Caddy runs again, but without its managed server"),
     );
-    await prepareLogging(this.admin, this.files.log, this.o.logRoll, this.o.log).catch((err: unknown) =>
+    await prepareLogging(this.caddyConfig, this.files.log, this.o.logRoll, this.o.log).catch((err: unknown) =>
       this.o.log.error({ err }, "the embedded Caddy runs again, but without its rolled log"),
     );
   }

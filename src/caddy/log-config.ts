@@ -1,6 +1,5 @@
 import type { Logger } from "pino";
-import { canonicalJson } from "../util/canonical-json.js";
-import type { CaddyAdmin } from "./admin.js";
+import type { CaddyConfig } from "./config.js";
 import { EmbeddedCaddyError } from "./errors.js";
 
 /** Caddy's own log is rolled at this size (MiB), keeping this many rolled files. */
@@ -31,22 +30,19 @@ export function caddyLogConfig(path: string, roll: CaddyLogRoll): Record<string,
  * default log holds stays (the access logs' `exclude`, which src/proxy/caddy-access-logs.ts keeps).
  */
 export async function prepareLogging(
-  admin: CaddyAdmin,
+  config: CaddyConfig,
   path: string,
   roll: CaddyLogRoll,
   log: Logger,
 ): Promise<void> {
-  const wantedDefault = caddyLogConfig(path, roll);
+  const wanted = caddyLogConfig(path, roll);
   try {
-    const now = await admin.read("/config/logging");
-    const current = now.status === 200 ? (JSON.parse(now.text) as Record<string, unknown> | null) : null;
-    const logs = (current?.logs ?? {}) as Record<string, unknown>;
-    const have = (logs.default ?? {}) as Record<string, unknown>;
-    const next = { ...have, ...wantedDefault };
-    if (logs.default !== undefined && canonicalJson(have) === canonicalJson(next)) return;
-    const wanted = { ...current, logs: { ...logs, default: next } };
-    await admin.write(current === null ? "PUT" : "PATCH", "/config/logging", wanted);
-    log.info({ log: path, roll }, "set the embedded Caddy's log");
+    const done = await config.update(
+      ["logging", "logs", "default"],
+      (current) => ({ ...(current as Record<string, unknown> | undefined), ...wanted }),
+      { createConfig: true },
+    );
+    if (done.written) log.info({ log: path, roll }, "set the embedded Caddy's log");
   } catch (err) {
     throw new EmbeddedCaddyError(
       `the embedded Caddy refused its log configuration (${path}): ${(err as Error).message}`,

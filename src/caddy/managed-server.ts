@@ -1,8 +1,7 @@
 import type { Logger } from "pino";
-import { CaddyRoutes } from "../proxy/caddy-routes.js";
 import { fs } from "../util/node-builtins.js";
-import type { CaddyAdmin } from "./admin.js";
-import type { ConfigField } from "./config-fields.js";
+import { type CaddyConfig, setIn } from "./config.js";
+import { type ConfigField, conformFields, nestFields } from "./config-fields.js";
 import { EmbeddedCaddyError } from "./errors.js";
 
 const { readFileSync } = fs;
@@ -18,28 +17,37 @@ export interface ManagedServer {
 
 /**
  * The managed server exists, listening on HOSTKEEPER_CADDY_LISTEN: created (without routes) when Caddy's
- * config has none, its listen list set when an earlier configuration left another one.
+ * config has none, its listen list set when an earlier configuration left another one. One change of its
+ * listen list: an existing server's is all that is read (never the server, which holds every route); a
+ * missing one is created by the write, holding no routes and the agent's fields that lie in what it creates
+ * (the fields that can be written on their own are brought in line before it: the local CA's trust and the
+ * issuer are in place before the server can serve a host).
  */
-export async function prepareServer(admin: CaddyAdmin, server: ManagedServer, log: Logger): Promise<void> {
-  const routes = new CaddyRoutes(admin, {
-    server: server.name,
-    listen: server.listen,
-    ...(server.fields ? { fields: server.fields } : {}),
-  });
+export async function prepareServer(config: CaddyConfig, server: ManagedServer, log: Logger): Promise<void> {
+  const serverKeys = ["apps", "http", "servers", server.name];
+  const fields = server.fields ?? [];
   try {
-    if (await routes.ensureServer()) {
+    const done = await config.update([...serverKeys, "listen"], () => [...server.listen], {
+      createConfig: true,
+      creating: async (at, value) => {
+        if (at.length > serverKeys.length) return value;
+        await conformFields(config, fields);
+        const created = setIn(
+          value as Record<string, unknown>,
+          [...serverKeys.slice(at.length), "routes"],
+          [],
+        );
+        return nestFields(fields, at, created);
+      },
+    });
+    if (!done.written) return;
+    if (done.created && done.created.length <= serverKeys.length)
       log.info({ server: server.name, listen: server.listen }, "created the managed server");
-      return;
-    }
-    const path = `/config/apps/http/servers/${server.name}/listen`;
-    const now = await admin.read(path);
-    const current = now.status === 200 ? (JSON.parse(now.text) as string[] | null) : null;
-    if (JSON.stringify(current) === JSON.stringify(server.listen)) return;
-    await admin.write(current === null ? "PUT" : "PATCH", path, server.listen);
-    log.info(
-      { server: server.name, from: current, to: server.listen },
-      "changed the managed server's listen addresses",
-    );
+    else
+      log.info(
+        { server: server.name, from: done.before ?? null, to: server.listen },
+        "changed the managed server's listen addresses",
+      );
   } catch (err) {
     throw new EmbeddedCaddyError(
       `the embedded Caddy refused the managed server ${server.name} on ${server.listen.join(", ")} (HOSTKEEPER_CADDY_LISTEN): ${(err as Error).message}`,

@@ -13,7 +13,6 @@ import { PARSED_KEPT_MS, RoutesCache, routesStateOf } from "./routes-cache.js";
 import { RoutesSnapshot } from "./routes-snapshot.js";
 import { readAll, routesBody } from "./routes-stream.js";
 import { type RoutesTarget, type WriteOutcome, writePlan } from "./routes-write.js";
-import { managedServerCreation } from "./server-creation.js";
 
 export interface RoutesState {
   /** False when the managed server does not exist yet. */
@@ -275,16 +274,6 @@ export class CaddyRoutes {
     if (canonicalJson(check.routes) !== canonicalJson(before.routes))
       throw new Error("the routes read back differ from the captured state");
     this.cache.set(check);
-  }
-
-  /** Creates the managed server, without routes, when Caddy's config has none; true when it did. */
-  async ensureServer(): Promise<boolean> {
-    this.cache.drop();
-    const state = await this.read();
-    if (state.serverExists) return false;
-    const { path, value } = managedServerCreation(state.config, this.opts, []);
-    await this.admin.write("POST", path, value, state.etag);
-    return true;
   }
 
   /**

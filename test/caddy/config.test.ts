@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
+import pino from "pino";
 import { CaddyAdmin, CaddyApiError } from "../../src/caddy/admin.js";
 import { CaddyConfig } from "../../src/caddy/config.js";
+import { prepareServer } from "../../src/caddy/managed-server.js";
+import { freePort } from "../../support/loopback.js";
 import { startCaddy } from "../helpers/caddy.js";
 
 // CaddyConfig, the one way the agent writes Caddy's config outside the route batches, against a real Caddy:
@@ -161,4 +164,21 @@ test("a path whose parent is missing is answered as missing, and nothing is writ
       /apps\.http\.grace_period .*not an object/.test(err.message),
   );
   assert.deepEqual(writes, []);
+});
+
+test("the managed server is created with its listen list and no routes, then only its listen list is written", async (t) => {
+  const { config, writes, read } = await setup(t);
+  const log = pino({ level: "silent" });
+  const listen = [`127.0.0.1:${await freePort()}`];
+  await prepareServer(config, { name: "srv1", listen, fields: [] }, log);
+  assert.deepEqual(writes, ["PUT /config/apps/http/servers/srv1"]);
+  assert.deepEqual(await read("/config/apps/http/servers/srv1"), { listen, routes: [] });
+
+  writes.length = 0;
+  await prepareServer(config, { name: "srv1", listen, fields: [] }, log);
+  assert.deepEqual(writes, [], "in line: nothing written");
+  const other = [`127.0.0.1:${await freePort()}`];
+  await prepareServer(config, { name: "srv1", listen: other, fields: [] }, log);
+  assert.deepEqual(writes, ["PATCH /config/apps/http/servers/srv1/listen"]);
+  assert.deepEqual(await read("/config/apps/http/servers/srv1/listen"), other);
 });
