@@ -1,6 +1,6 @@
 import type { FastifyServerFactory } from "fastify";
 import type { Logger } from "pino";
-import type { CaddyAdmin } from "./caddy/admin.js";
+import { CaddyAdmin } from "./caddy/admin.js";
 import { certificatesProblem } from "./certificates/problems.js";
 import { registerCertificateRoutes } from "./certificates/routes.js";
 import { certificatesSharedSchemas } from "./certificates/schemas.js";
@@ -62,6 +62,11 @@ export interface AppOptions {
   /** The agent's own Caddy, started and supervised by server.ts; undefined with HOSTKEEPER_CADDY_ADMIN. */
   embeddedCaddy?: SupervisedCaddy;
   /**
+   * The process's one client of Caddy's admin API, on `config.proxy.caddyAdmin` (server.ts builds it to
+   * start the embedded Caddy); built here when not given (tests).
+   */
+  caddyAdmin?: CaddyAdmin;
+  /**
    * The clock of token expiry, rate limits, the audit trail and maintenance windows; tests pass one they
    * control (production reads the host's).
    */
@@ -105,6 +110,7 @@ export async function buildApp({
   config,
   logger,
   embeddedCaddy,
+  caddyAdmin: givenAdmin,
   now = Date.now,
   serverFactory,
   openApiGenerator,
@@ -120,7 +126,8 @@ export async function buildApp({
   ]);
   const access = buildAccess(config, db, logger, now);
   const app = createFastify(config.agent, access.access.check, logger, serverFactory);
-  const areas = buildAreas(config, db, logger, { address: caddyAddress, embedded: embeddedCaddy }, now);
+  const admin = givenAdmin ?? new CaddyAdmin(caddyAddress, config.proxy.caddyTimeoutMs);
+  const areas = buildAreas(config, db, logger, { admin, embedded: embeddedCaddy }, now);
   const { outbox, routes, certificates, accessLogs, writer, caddyAdmin, operator, metrics } = areas;
   const { tokens, audit } = access;
   const services = {

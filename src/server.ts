@@ -1,7 +1,8 @@
 import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
 import { buildApp } from "./app.js";
-import { EmbeddedCaddy } from "./caddy/embedded.js";
+import { CaddyAdmin } from "./caddy/admin.js";
+import { EmbeddedCaddy, embeddedCaddyAddress } from "./caddy/embedded.js";
 import { writeCaddyEnvFile } from "./caddy/memory-limit.js";
 import { currentPrivileges, rootlessFailures, unknownEnvWarnings } from "./config-warnings.js";
 import { checkPlaintext, Listener } from "./listener/listener.js";
@@ -40,6 +41,11 @@ export async function serve(): Promise<void> {
 
   if (config.proxy.caddyEnvFile)
     writeCaddyEnvFile(config.proxy.caddyEnvFile, config.proxy.caddyMemoryLimitMb, logger);
+  // The process's one client of Caddy's admin API, shared by the embedded Caddy's set-up and the app.
+  const caddyAdmin = new CaddyAdmin(
+    config.proxy.caddyAdmin ?? embeddedCaddyAddress(config.agent.dataDir),
+    config.proxy.caddyTimeoutMs,
+  );
   let embeddedCaddy: EmbeddedCaddy | undefined;
   if (!config.proxy.caddyAdmin) {
     embeddedCaddy = new EmbeddedCaddy({
@@ -49,7 +55,7 @@ export async function serve(): Promise<void> {
       listen: config.proxy.caddyListen,
       fields: agentCaddyFields(config.proxy),
       restartBackoffMs: config.proxy.caddyRestartBackoffMs,
-      adminTimeoutMs: config.proxy.caddyTimeoutMs,
+      admin: caddyAdmin,
       logRoll: { sizeMb: config.proxy.caddyLogRollSizeMb, keep: config.proxy.caddyLogRollKeep },
       memoryLimitMb: config.proxy.caddyMemoryLimitMb,
       log: logger.child({ component: "embedded-caddy" }),
@@ -61,6 +67,7 @@ export async function serve(): Promise<void> {
     config,
     logger,
     serverFactory: listener.factory,
+    caddyAdmin,
     ...(embeddedCaddy ? { embeddedCaddy } : {}),
   });
   // Supervision ends as the agent begins to stop: a Caddy exiting from then on is not started again.

@@ -182,7 +182,8 @@ const isLarge = (body: Body | undefined) =>
  * A client for Caddy's admin API over TCP or a unix socket. Uses node:http rather than fetch: fetch sends
  * `Sec-Fetch-Mode`, which Caddy >= 2.11 answers with 403. No keep-alive: every config change restarts
  * the admin server, and a write on a reused, half-closed socket could not be told apart from a lost write.
- * A call that needs another time-out than the client's, or must not be counted, says so (CallOptions).
+ * A process builds one (server.ts, or the composition root when it is given none) and every part of the
+ * agent shares it; a call that needs another time-out, or must not be counted, says so (CallOptions).
  */
 export class CaddyAdmin {
   private readonly base: RequestOptions;
@@ -193,13 +194,19 @@ export class CaddyAdmin {
     readonly address: CaddyAdminAddress,
     /** Each call's time-out unless it sets its own. */
     private readonly timeoutMs: number,
-    metrics?: Metrics,
   ) {
-    this.metrics = metrics;
     this.base =
       address.kind === "unix"
         ? { createConnection: unixConnection(address.socketPath), headers: { host: "localhost" } }
         : { host: address.url.hostname, port: Number(address.url.port), headers: { host: address.url.host } };
+  }
+
+  /**
+   * Counts this client's requests in `metrics` from now on: the process's client is built before the app
+   * and its metrics (server.ts starts the embedded Caddy first), and the composition root hands them over.
+   */
+  countIn(metrics: Metrics): void {
+    this.metrics = metrics;
   }
 
   /** One request. Throws CaddyUnavailableError when no answer came; returns any status Caddy answered. */

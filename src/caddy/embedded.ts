@@ -2,7 +2,7 @@ import type { Logger } from "pino";
 import { managedServerCreation } from "../proxy/server-creation.js";
 import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { fs } from "../util/node-builtins.js";
-import { CaddyAdmin } from "./admin.js";
+import type { CaddyAdmin, CallOptions } from "./admin.js";
 import { CaddyConfig } from "./config.js";
 import type { ConfigField } from "./config-fields.js";
 import { type EmbeddedCaddyFiles, embeddedCaddyFiles } from "./files.js";
@@ -26,8 +26,8 @@ export interface EmbeddedCaddyOptions {
   fields: readonly ConfigField[];
   /** See `CaddySupervisorOptions.restartBackoffMs`. */
   restartBackoffMs: number;
-  /** Time-out of one admin request while the agent sets Caddy up. */
-  adminTimeoutMs: number;
+  /** The process's client of Caddy's admin API, on this Caddy's socket (`embeddedCaddyAddress`). */
+  admin: CaddyAdmin;
   /** Caddy's own log is rolled at this size (MiB), keeping this many rolled files. */
   logRoll: CaddyLogRoll;
   /** Go's memory limit for Caddy in MiB (HOSTKEEPER_CADDY_MEMORY_LIMIT_MB); 0: none. */
@@ -38,6 +38,14 @@ export interface EmbeddedCaddyOptions {
   /** How often an adopted Caddy's PID is looked at. */
   pollMs?: number;
 }
+
+/** Where the embedded Caddy of the agent whose data dir is `dataDir` has its admin API. */
+export function embeddedCaddyAddress(dataDir: string): CaddyAdminAddress {
+  return { kind: "unix", socketPath: embeddedCaddyFiles(dataDir).socket };
+}
+
+/** Asks whether Caddy answers: a hung Caddy must not hold the start for a whole admin time-out. */
+const PROBE: CallOptions = { timeoutMs: 2_000, counted: false };
 
 /**
  * The agent's own Caddy: admin API on a unix socket in the data dir, config autosaved there and resumed on
@@ -53,10 +61,7 @@ export class EmbeddedCaddy {
   readonly address: CaddyAdminAddress;
   private readonly files: EmbeddedCaddyFiles;
   private readonly server: ManagedServer;
-  private readonly admin: CaddyAdmin;
-  /** Asks whether Caddy answers: a hung Caddy must not hold the start for a whole admin time-out. */
-  private readonly probe: CaddyAdmin;
-  /** Caddy's config as the set-up reads and writes it. */
+  /** Caddy's config as the set-up reads and writes it: not counted in the metrics, which are the routes'. */
   private readonly caddyConfig: CaddyConfig;
   private readonly supervisor: CaddySupervisor;
   private readonly startTimeoutMs: number;
@@ -65,10 +70,10 @@ export class EmbeddedCaddy {
   constructor(private readonly o: EmbeddedCaddyOptions) {
     this.files = embeddedCaddyFiles(o.dataDir);
     this.server = { name: o.server, listen: o.listen, fields: o.fields };
-    this.address = { kind: "unix", socketPath: this.files.socket };
-    this.admin = new CaddyAdmin(this.address, o.adminTimeoutMs);
-    this.probe = new CaddyAdmin(this.address, 2_000);
-    this.caddyConfig = new CaddyConfig(this.admin);
+    this.address = o.admin.address;
+    if (this.address.kind !== "unix" || this.address.socketPath !== this.files.socket)
+      throw new Error(`the embedded Caddy's admin client must be on ${this.files.socket}`);
+    this.caddyConfig = new CaddyConfig(o.admin, { counted: false });
     this.startTimeoutMs = o.startTimeoutMs ?? 15_000;
     this.supervisor = new CaddySupervisor({
       restartBackoffMs: o.restartBackoffMs,
@@ -130,7 +135,7 @@ export class EmbeddedCaddy {
 
   private async answers(): Promise<boolean> {
     try {
-      return (await this.probe.raw("GET", "/config/admin")).status === 200;
+      return (await this.o.admin.raw("GET", "/config/admin", PROBE)).status === 200;
     } catch {
       return false;
     }

@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import type { Logger } from "pino";
-import { CaddyAdmin } from "../caddy/admin.js";
+import type { CaddyAdmin } from "../caddy/admin.js";
 import { CaddyConfig } from "../caddy/config.js";
 import { embeddedCaddyFiles } from "../caddy/files.js";
 import { CaddyTlsConfig } from "../certificates/caddy-tls.js";
@@ -17,7 +17,6 @@ import type { AccessLogFiles } from "../proxy/access-logs.js";
 import { agentCaddyFields } from "../proxy/caddy-fields.js";
 import { ChangeJournal, type RecordedChange } from "../proxy/journal.js";
 import { RouteService } from "../proxy/service.js";
-import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { RouteChangeStore } from "../proxy/store.js";
 import { ownEndpoints, UpstreamCheck } from "../proxy/upstream-check.js";
 import { GATHER, RouteWriter } from "../proxy/writer.js";
@@ -53,12 +52,13 @@ export function buildAreas(
   config: AppConfig,
   db: Db,
   logger: Logger,
-  caddy: { address: CaddyAdminAddress; embedded: SupervisedCaddy | undefined },
+  caddy: { admin: CaddyAdmin; embedded: SupervisedCaddy | undefined },
   now: () => number,
 ): Areas {
   const { agent, events, proxy } = config;
-  const { address: caddyAddress, embedded: embeddedCaddy } = caddy;
+  const { admin: caddyAdmin, embedded: embeddedCaddy } = caddy;
   const metrics = new Metrics();
+  caddyAdmin.countIn(metrics);
   const deny = new DenyList(events.webhookDenyCidrs);
   const outbox = new Outbox(db, {
     metrics,
@@ -71,7 +71,6 @@ export function buildAreas(
     log: logger.child({ component: "outbox" }),
   });
   metrics.readOutboxStates(() => outbox.countByState());
-  const caddyAdmin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs, metrics);
   const { writer, routes, accessLogs } = buildRoutes(config, db, logger, {
     metrics,
     outbox,
@@ -79,8 +78,8 @@ export function buildAreas(
     embedded: embeddedCaddy !== undefined,
   });
   const certificates = new CertificateService({
-    // Its own client, not counted: the admin API's metrics are those of the requests made for routes.
-    tls: new CaddyTlsConfig(new CaddyConfig(new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs))),
+    // Not counted: the admin API's metrics are those of the requests made for routes.
+    tls: new CaddyTlsConfig(new CaddyConfig(caddyAdmin, { counted: false })),
     store: new CustomCertificateStore(agent.dataDir),
     routesText: () => writer.routesText(),
     caddyDataDir: embeddedCaddy
@@ -107,7 +106,7 @@ export function buildAreas(
   metrics.readCaddyRestarts(() => embeddedCaddy?.status().restarts ?? 0);
   const health = new HealthService({
     db,
-    caddyAdmin: caddyAddress,
+    caddyAdmin,
     server: proxy.caddyServer,
     embedded: embeddedCaddy,
     system,

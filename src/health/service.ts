@@ -1,11 +1,11 @@
-import { CaddyAdmin, type CaddyResponse, caddyErrorText } from "../caddy/admin.js";
+import { type CaddyAdmin, CaddyApiError, type CallOptions } from "../caddy/admin.js";
+import { CaddyConfig } from "../caddy/config.js";
+import { PerLoad } from "../caddy/last-load.js";
 import { accepts, tcpAddresses } from "../caddy/listen-addresses.js";
 import type { CaddyProcessStatus } from "../caddy/supervisor.js";
 import type { Outbox } from "../events/outbox.js";
 import type { OperatorService } from "../operator/service.js";
 import { packageVersion } from "../paths.js";
-import { CaddyRoutes } from "../proxy/caddy-routes.js";
-import type { CaddyAdminAddress } from "../proxy/settings.js";
 import type { Db } from "../store/db.js";
 import type { SystemService } from "../system/service.js";
 import { hostPort } from "../util/urls.js";
@@ -19,7 +19,8 @@ export interface SupervisedCaddy {
 
 export interface HealthServiceOptions {
   db: Db;
-  caddyAdmin: CaddyAdminAddress;
+  /** The process's client of Caddy's admin API. */
+  caddyAdmin: CaddyAdmin;
   /** Name of the managed server under `apps.http.servers`. */
   server: string;
   /** The agent's own Caddy; undefined with HOSTKEEPER_CADDY_ADMIN. */
@@ -31,8 +32,12 @@ export interface HealthServiceOptions {
 
 /** Each readiness probe waits this long at most for Caddy, and for each listener. */
 const PROBE_TIMEOUT_MS = 1_000;
-/** Reading the routes for their count. */
-const STATUS_READ_TIMEOUT_MS = 5_000;
+/**
+ * The probe's reads, and the status's reads of the routes for their count: short time-outs, and not
+ * counted in the metrics (which count the requests made for the routes).
+ */
+const PROBE: CallOptions = { timeoutMs: PROBE_TIMEOUT_MS, counted: false };
+const STATUS_READ: CallOptions = { timeoutMs: 5_000, counted: false };
 
 const ok = (detail: string): Check => ({ status: "ok", detail });
 const failing = (detail: string): Check => ({ status: "failing", detail });
@@ -44,8 +49,10 @@ const failing = (detail: string): Check => ({ status: "failing", detail });
  * arrive while a probe is under way share its answer.
  */
 export class HealthService {
-  private readonly probeAdmin: CaddyAdmin;
-  private readonly statusRoutes: CaddyRoutes;
+  private readonly probeConfig: CaddyConfig;
+  private readonly statusConfig: CaddyConfig;
+  /** How many routes Caddy holds, counted once per config it loads. */
+  private readonly routesCounted: PerLoad<number>;
   private readonly countQuery;
   private probe: Promise<Readiness> | undefined;
   private readonly agentVersion = packageVersion();
@@ -53,11 +60,9 @@ export class HealthService {
   private readonly startedAt = Date.now() - process.uptime() * 1000;
 
   constructor(private readonly o: HealthServiceOptions) {
-    this.probeAdmin = new CaddyAdmin(o.caddyAdmin, PROBE_TIMEOUT_MS);
-    this.statusRoutes = new CaddyRoutes(new CaddyAdmin(o.caddyAdmin, STATUS_READ_TIMEOUT_MS), {
-      server: o.server,
-      listen: [],
-    });
+    this.probeConfig = new CaddyConfig(o.caddyAdmin, PROBE);
+    this.statusConfig = new CaddyConfig(o.caddyAdmin, STATUS_READ);
+    this.routesCounted = new PerLoad(o.caddyAdmin, STATUS_READ);
     // A read of the database file itself (its first page), not only of the connection.
     this.countQuery = o.db.prepare("SELECT count(*) AS n FROM schema_migrations");
   }
@@ -145,33 +150,31 @@ export class HealthService {
         caddyAdmin: failing(`the embedded Caddy is ${embedded}`),
         listeners: failing("unknown: Caddy's admin API does not answer"),
       };
-    let res: CaddyResponse;
+    let listen: string[] | undefined;
     try {
       // Retried as the agent's own reads are (up to 375 ms): Caddy restarts its admin endpoint after every
-      // config change, and a probe landing then meets a reset that says nothing of Caddy's health.
-      res = await this.probeAdmin.read(`/config/apps/http/servers/${server}/listen`);
+      // config change, and a probe landing then meets a reset that says nothing of Caddy's health. A
+      // missing server (or a missing parent of it) reads as nothing.
+      listen = await this.probeConfig.value<string[]>(["apps", "http", "servers", server, "listen"]);
     } catch (err) {
+      if (err instanceof CaddyApiError)
+        return {
+          caddyAdmin: failing(`answered ${err.status}: ${err.message}`),
+          listeners: failing("unknown"),
+        };
       return {
         caddyAdmin: failing((err as Error).message),
         listeners: failing("unknown: Caddy's admin API does not answer"),
       };
     }
     const caddyAdmin = ok("answers");
-    const listen = res.status === 200 ? (JSON.parse(res.text) as string[] | null) : null;
-    // A missing server reads as null, or as 400/404 when a parent key is missing too.
-    if (listen === null) {
-      if (res.status !== 200 && res.status !== 400 && res.status !== 404)
-        return {
-          caddyAdmin: failing(`answered ${res.status}: ${caddyErrorText(res)}`),
-          listeners: failing("unknown"),
-        };
+    if (listen === undefined)
       return {
         caddyAdmin,
         listeners: this.o.embedded
           ? failing(`the managed server ${server} does not exist`)
           : ok(`the managed server ${server} does not exist yet; the first route creates it`),
       };
-    }
     const addresses = tcpAddresses(listen);
     if (addresses.length === 0) return { caddyAdmin, listeners: ok("no TCP listen address to check") };
     const wildcardHost = this.remoteAdminHost();
@@ -188,7 +191,7 @@ export class HealthService {
 
   /** A Caddy whose admin API is on another host listens there: its wildcard addresses are tried on that host. */
   private remoteAdminHost(): string | undefined {
-    const a = this.o.caddyAdmin;
+    const a = this.o.caddyAdmin.address;
     if (a.kind !== "tcp") return undefined;
     const host = a.url.hostname.replace(/^\[|\]$/g, "");
     return ["localhost", "127.0.0.1", "::1"].includes(host) ? undefined : host;
@@ -196,7 +199,18 @@ export class HealthService {
 
   private async routeCount(): Promise<number | null> {
     try {
-      return await this.statusRoutes.count();
+      // Read and counted only once per config Caddy loads: a status asked for by many clients does not read
+      // and parse every route each time.
+      return await this.routesCounted.get(async () => {
+        const routes = await this.statusConfig.value<unknown[]>([
+          "apps",
+          "http",
+          "servers",
+          this.o.server,
+          "routes",
+        ]);
+        return (routes ?? []).length;
+      });
     } catch {
       // Caddy down or refusing: the status says so elsewhere; the count is unknown.
       return null;
