@@ -1,5 +1,10 @@
 import type { FastifyServerFactory } from "fastify";
 import type { Logger } from "pino";
+import { type AuditLog, auditMigrations } from "./access/audit-store.js";
+import { auditMutations } from "./access/audit-trail.js";
+import { accessProblem } from "./access/problems.js";
+import { registerAccessRoutes } from "./access/routes.js";
+import type { TokenRegistry } from "./access/tokens.js";
 import { CaddyAdmin } from "./caddy/admin.js";
 import { certificatesProblem } from "./certificates/problems.js";
 import { registerCertificateRoutes } from "./certificates/routes.js";
@@ -14,8 +19,6 @@ import { registerEventRoutes } from "./events/routes.js";
 import { outboxMigrations } from "./events/store.js";
 import { registerHealthRoutes } from "./health/routes.js";
 import type { SupervisedCaddy } from "./health/service.js";
-import { registerAccessRoutes } from "./http/access-routes.js";
-import { auditMutations } from "./http/audit.js";
 import { registerAccessControl, requireRouteScopes } from "./http/auth.js";
 import { limitRequestBodies } from "./http/body-limit.js";
 import {
@@ -28,7 +31,6 @@ import {
 import { registerOpenApiRoute } from "./http/openapi.js";
 import { echoRequestId } from "./http/request-id.js";
 import { ProblemSchema } from "./http/schemas.js";
-import type { TokenRegistry } from "./http/tokens.js";
 import type { App } from "./http/types.js";
 import type { Metrics } from "./metrics/metrics.js";
 import { registerMetricsRoutes } from "./metrics/routes.js";
@@ -48,7 +50,6 @@ import type { RouteService } from "./proxy/service.js";
 import { proxyMigrations } from "./proxy/store.js";
 import type { RouteWriter } from "./proxy/writer.js";
 import type { AppConfig } from "./settings.js";
-import { type AuditLog, auditMigrations } from "./store/audit.js";
 import { type Db, openDatabase } from "./store/db.js";
 import { systemMigrations } from "./system/migrations.js";
 import { systemProblem } from "./system/problems.js";
@@ -170,7 +171,13 @@ async function registerEdge(app: App, { access, audit }: Access, now: () => numb
     postponeIdleCollection();
     done();
   });
-  registerProblemHandlers(app, table, [systemProblem, proxyProblem, certificatesProblem, operatorProblem]);
+  registerProblemHandlers(app, table, [
+    systemProblem,
+    proxyProblem,
+    certificatesProblem,
+    operatorProblem,
+    accessProblem,
+  ]);
   answerExpectations(app, access.check);
   limitRequestBodies(app);
   registerAccessControl(app, access, auditMutations(app, audit, now));

@@ -1,4 +1,5 @@
 import { resolve } from "node:path";
+import { accessSettings } from "./access/settings.js";
 import { certificateSettings } from "./certificates/settings.js";
 import {
   type ConfigSource,
@@ -10,7 +11,6 @@ import {
   setting,
 } from "./config.js";
 import { eventSettings } from "./events/settings.js";
-import { accessSettings } from "./http/settings.js";
 import { checkListenerPairs, listenerSettings } from "./listener/settings.js";
 import { operatorSettings } from "./operator/settings.js";
 import { accessLogSettings } from "./proxy/access-log-settings.js";

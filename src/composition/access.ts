@@ -1,9 +1,9 @@
 import type { Logger } from "pino";
+import { AuditLog } from "../access/audit-store.js";
+import { TokenRegistry } from "../access/tokens.js";
 import { AccessControl } from "../http/auth.js";
 import { FailureLimiter } from "../http/rate-limit.js";
-import { TokenRegistry } from "../http/tokens.js";
 import type { AppConfig } from "../settings.js";
-import { AuditLog } from "../store/audit.js";
 import type { Db } from "../store/db.js";
 import { generateToken, loadOrCreateSecret } from "../store/secrets.js";
 

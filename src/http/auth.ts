@@ -1,10 +1,10 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Logger } from "pino";
+import { derivedScopes, type Grant, missingScopes } from "../access/scopes.js";
+import type { Principal, TokenRegistry } from "../access/tokens.js";
 import { LOOPBACK } from "../util/cidrs.js";
 import { ApiError, type ProblemCode, problemCodes } from "./errors.js";
 import type { FailureLimiter } from "./rate-limit.js";
-import { derivedScopes, type Grant, missingScopes } from "./scopes.js";
-import type { Principal, TokenRegistry } from "./tokens.js";
 
 declare module "fastify" {
   interface FastifyContextConfig {

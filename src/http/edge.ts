@@ -7,12 +7,12 @@ import type {
   FastifyServerOptions,
 } from "fastify";
 import FindMyWay from "find-my-way";
+import type { Grant } from "../access/scopes.js";
 import type { IncomingMessage, ServerResponse } from "../util/node-builtins.js";
 import { http } from "../util/node-builtins.js";
 import type { TokenCheck } from "./auth.js";
 import { ApiError, type ProblemCode, problemBody, sendProblem, toApiError } from "./errors.js";
 import { genReqId, REQUEST_ID_HEADER } from "./request-id.js";
-import type { Grant } from "./scopes.js";
 
 const { STATUS_CODES } = http;
 

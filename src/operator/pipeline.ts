@@ -1,13 +1,13 @@
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { fs } from "../util/node-builtins.js";
-import { ArtifactAuthentication, type Authentication } from "./authentication.js";
-import { Downloader } from "./download.js";
+import { ArtifactAuthentication, type Authentication } from "./artifacts/authentication.js";
+import { Downloader } from "./artifacts/download.js";
+import { moveIntoPlace } from "./artifacts/files.js";
+import { parseTrustedKeys } from "./artifacts/minisign.js";
+import { ArtifactSource } from "./artifacts/source.js";
 import { type UpdateErrorCode, UpdateFailure } from "./failure.js";
-import { moveIntoPlace } from "./files.js";
-import { parseTrustedKeys } from "./minisign.js";
 import type { UpdateState } from "./schemas.js";
-import { ArtifactSource } from "./source.js";
 import { otherSlot, type Slot, type SlotRow, type UpdateRow } from "./store.js";
 import type { UpdateContext } from "./update-context.js";
 

@@ -1,6 +1,6 @@
 import type { Logger } from "pino";
 import type { RouteService } from "../proxy/service.js";
-import { writeAtomically } from "./files.js";
+import { writeAtomically } from "./artifacts/files.js";
 import { Periodic } from "./periodic.js";
 import type { OperatorStore } from "./store.js";
 

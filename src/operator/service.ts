@@ -7,6 +7,7 @@ import type { Db } from "../store/db.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
 import { settledWithin } from "../util/timers.js";
+import { sourceProblem } from "./artifacts/source.js";
 import { CrashMonitor } from "./crash-monitor.js";
 import {
   OperatorNotConfiguredError,
@@ -21,7 +22,6 @@ import { BEFORE_SWITCH, UpdatePipeline } from "./pipeline.js";
 import { RouteSync } from "./route-sync.js";
 import type { ActiveInstance, OperatorUpdateRequest, RunningInstance, UpdateStatus } from "./schemas.js";
 import { Slots } from "./slots.js";
-import { sourceProblem } from "./source.js";
 import { OperatorStore, type UpdateRow } from "./store.js";
 import { Switchover } from "./switchover.js";
 import type { OperatorConfig, UpdateContext } from "./update-context.js";

@@ -1,7 +1,7 @@
 import { parse, setting } from "../config.js";
 import { absoluteUrl, carriesCredentials } from "../util/urls.js";
-import { parseTrustedKey, parseTrustedKeys, trustedKeyLines } from "./minisign.js";
-import { sourceProblem } from "./source.js";
+import { parseTrustedKey, parseTrustedKeys, trustedKeyLines } from "./artifacts/minisign.js";
+import { sourceProblem } from "./artifacts/source.js";
 
 /** A URL setting: absolute http(s), without credentials, query or fragment; trailing slashes dropped. */
 function baseUrl(raw: unknown): string | undefined {

@@ -1,5 +1,5 @@
 import type { FastifyRequest } from "fastify";
-import { missingScopes } from "../http/scopes.js";
+import { missingScopes } from "../access/scopes.js";
 import type { App } from "../http/types.js";
 import { redactPayload } from "./redaction.js";
 

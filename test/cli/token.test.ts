@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import type { AuditRecord } from "../../src/store/audit.js";
+import type { AuditRecord } from "../../src/access/audit-store.js";
 import { httpRequest } from "../../support/loopback.js";
 import { buildTestApp } from "../helpers/app.js";
 import { secretOf, sha256Hex, writeTokensFile } from "../http/support.js";

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Grant } from "../../src/http/scopes.js";
+import type { Grant } from "../../src/access/scopes.js";
 import { buildTestApp, type TestApp } from "../helpers/app.js";
 import { startCaddy, type TestCaddy } from "../helpers/caddy.js";
 

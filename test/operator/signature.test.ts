@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { parseTrustedKey } from "../../src/operator/minisign.js";
+import { parseTrustedKey } from "../../src/operator/artifacts/minisign.js";
 import { loadConfig } from "../../src/settings.js";
 import { freePort } from "../../support/loopback.js";
 import { buildTestApp } from "../helpers/app.js";

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { Grant } from "../../src/http/scopes.js";
+import type { Grant } from "../../src/access/scopes.js";
 import { buildTestApp, TEST_TOKEN, type TestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver } from "../helpers/http.js";

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { writeAtomically } from "../../src/operator/files.js";
+import { writeAtomically } from "../../src/operator/artifacts/files.js";
 import { routesHaveDelay } from "../../src/proxy/streams.js";
 import { connectWs, startEchoServer, type WsClient } from "../../support/websocket.js";
 import { buildTestApp } from "../helpers/app.js";

@@ -5,13 +5,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import Database from "better-sqlite3";
-import type { AuditRecord } from "../../src/store/audit.js";
+import type { AuditRecord } from "../../src/access/audit-store.js";
 import { buildTestApp, TEST_TOKEN, type TestApp } from "../helpers/app.js";
 import { startReceiver, startUpstream } from "../helpers/http.js";
 import { rawRequest, requestText } from "../helpers/raw-http.js";
 import { request, startAgent } from "../helpers/serve.js";
 import { waitFor } from "../helpers/wait.js";
-import { concretePath, secretOf, startGuardedAgent, writeTokensFile } from "./support.js";
+import { concretePath, secretOf, startGuardedAgent, writeTokensFile } from "../http/support.js";
 
 type After = { after: (fn: () => unknown) => void };
 

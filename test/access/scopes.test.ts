@@ -1,12 +1,18 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import Fastify from "fastify";
+import { GRANTS, type Grant } from "../../src/access/scopes.js";
 import { requireRouteScopes } from "../../src/http/auth.js";
 import { RouteTable, trackRoutes } from "../../src/http/edge.js";
-import { GRANTS, type Grant } from "../../src/http/scopes.js";
 import { TEST_TOKEN } from "../helpers/app.js";
 import { rawRequest, requestText } from "../helpers/raw-http.js";
-import { concretePath, type NamedToken, secretOf, startGuardedAgent, writeTokensFile } from "./support.js";
+import {
+  concretePath,
+  type NamedToken,
+  secretOf,
+  startGuardedAgent,
+  writeTokensFile,
+} from "../http/support.js";
 
 const single = (g: Grant): NamedToken => {
   const name = g === "*" ? "all" : `only-${g.replace(":", "-")}`;

@@ -3,13 +3,13 @@ import { chmodSync, readFileSync, renameSync, rmSync, writeFileSync } from "node
 import { dirname, join } from "node:path";
 import { describe, test } from "node:test";
 import type pino from "pino";
+import { TokenRegistry } from "../../src/access/tokens.js";
 import { AccessControl } from "../../src/http/auth.js";
 import { FailureLimiter } from "../../src/http/rate-limit.js";
-import { TokenRegistry } from "../../src/http/tokens.js";
 import { buildTestApp, TEST_TOKEN, type TestApp } from "../helpers/app.js";
 import { capturedLogger } from "../helpers/logs.js";
 import { waitFor } from "../helpers/wait.js";
-import { type NamedToken, secretOf, sha256Hex, writeTokensFile } from "./support.js";
+import { type NamedToken, secretOf, sha256Hex, writeTokensFile } from "../http/support.js";
 
 type After = { after: (fn: () => unknown) => void };
 

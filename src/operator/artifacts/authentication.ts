@@ -1,9 +1,9 @@
 import { createHash } from "node:crypto";
+import { UpdateFailure } from "../failure.js";
+import type { UpdateRow } from "../store.js";
 import { checksumFor, type Downloader, hashFile } from "./download.js";
-import { UpdateFailure } from "./failure.js";
 import { checkSignature, parseSignature, type Signature, type TrustedKey, verifyDigest } from "./minisign.js";
 import type { ArtifactSource } from "./source.js";
-import type { UpdateRow } from "./store.js";
 
 const SHA256SUMS_MAX_BYTES = 1_048_576;
 /** A `.minisig` is four short lines; anything much larger is not one. */

@@ -1,5 +1,5 @@
 import { createPublicKey, type KeyObject, verify } from "node:crypto";
-import { UpdateFailure } from "./failure.js";
+import { UpdateFailure } from "../failure.js";
 
 /**
  * minisign signatures, checked with Node's own Ed25519 and BLAKE2b-512 (no minisign binary needed).

@@ -1,10 +1,10 @@
 import { createHash } from "node:crypto";
 import https from "node:https";
 import { rootCertificates } from "node:tls";
-import type { IncomingHttpHeaders, IncomingMessage } from "../util/node-builtins.js";
-import { fs, http } from "../util/node-builtins.js";
-import { sleep } from "../util/timers.js";
-import { UpdateFailure } from "./failure.js";
+import type { IncomingHttpHeaders, IncomingMessage } from "../../util/node-builtins.js";
+import { fs, http } from "../../util/node-builtins.js";
+import { sleep } from "../../util/timers.js";
+import { UpdateFailure } from "../failure.js";
 import type { ArtifactSource } from "./source.js";
 
 const { closeSync, createReadStream, fsyncSync, ftruncateSync, openSync, writeSync } = fs;

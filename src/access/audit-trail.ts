@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { type AuditLog, type AuditSummary, outcomeOf } from "../store/audit.js";
+import { type AuditLog, type AuditSummary, outcomeOf } from "./audit-store.js";
 
 const READS = new Set(["GET", "HEAD", "OPTIONS"]);
 

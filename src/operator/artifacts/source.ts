@@ -1,4 +1,4 @@
-import { absoluteUrl, carriesCredentials } from "../util/urls.js";
+import { absoluteUrl, carriesCredentials } from "../../util/urls.js";
 /**
  * Where operator releases come from. A source is a prefix under which each release is a folder
  * `<source>/<version>/` holding the executable and `SHA256SUMS`. Three forms: an `https://` prefix, an

@@ -1,4 +1,4 @@
-import type { Db, Migration } from "./db.js";
+import type { Db, Migration } from "../store/db.js";
 
 export const auditMigrations: Migration[] = [
   {

@@ -1,9 +1,9 @@
 import { Type } from "@sinclair/typebox";
-import { AUDIT_OUTCOMES, type AuditLog } from "../store/audit.js";
+import { jsonContent, problemResponses } from "../http/schemas.js";
+import type { App } from "../http/types.js";
 import { NullableString, StringEnum } from "../util/typebox.js";
-import { jsonContent, problemResponses } from "./schemas.js";
+import { AUDIT_OUTCOMES, type AuditLog } from "./audit-store.js";
 import type { TokenRegistry } from "./tokens.js";
-import type { App } from "./types.js";
 
 const AuditRecordSchema = Type.Object(
   {

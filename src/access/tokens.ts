@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import { generateToken } from "../store/secrets.js";
 import type { FSWatcher } from "../util/node-builtins.js";
 import { fs } from "../util/node-builtins.js";
-import { ApiError } from "./errors.js";
+import { TokenRotationError } from "./errors.js";
 import { type Grant, isGrant } from "./scopes.js";
 
 const { readFileSync, renameSync, statSync, watch, writeFileSync } = fs;
@@ -265,8 +265,8 @@ export class TokenRegistry {
     const path = this.opts.own.path;
     const previousPath = this.previousPath;
     if (path === undefined || previousPath === undefined)
-      throw new ApiError(
-        "token_not_rotatable",
+      throw new TokenRotationError(
+        "not_rotatable",
         "the agent's token is set by HOSTKEEPER_TOKEN (configuration): change it there and restart the agent",
       );
     const old = this.own[0];
@@ -280,7 +280,7 @@ export class TokenRegistry {
       );
       replaceFile(path, `${secret}\n`, 0o600);
     } catch (err) {
-      throw new ApiError("token_rotation_failed", `the new token could not be written to ${path}`, {
+      throw new TokenRotationError("failed", `the new token could not be written to ${path}`, {
         cause: err,
       });
     }
@@ -290,8 +290,8 @@ export class TokenRegistry {
   private rotateInFile(name: string, secret: string, until: Date): void {
     const path = this.opts.tokensFile;
     const unknown = () =>
-      new ApiError(
-        "token_not_found",
+      new TokenRotationError(
+        "not_found",
         `no token named ${name} (the agent's own token is "${DEFAULT_TOKEN_NAME}")`,
       );
     if (!path) throw unknown();
@@ -301,13 +301,9 @@ export class TokenRegistry {
       mode = statSync(path).mode & 0o777;
       parsed = parseTokensFile(readFileSync(path, "utf8"));
     } catch (err) {
-      throw new ApiError(
-        "token_rotation_failed",
-        `the tokens file cannot be read: ${(err as Error).message}`,
-        {
-          cause: err,
-        },
-      );
+      throw new TokenRotationError("failed", `the tokens file cannot be read: ${(err as Error).message}`, {
+        cause: err,
+      });
     }
     const now = this.opts.now();
     const current = parsed.entries.find((e) => e.name === name && e.not_after === undefined);
@@ -326,7 +322,7 @@ export class TokenRegistry {
     try {
       replaceFile(path, `${JSON.stringify({ ...parsed.raw, tokens }, null, 2)}\n`, mode);
     } catch (err) {
-      throw new ApiError("token_rotation_failed", "the tokens file could not be written", { cause: err });
+      throw new TokenRotationError("failed", "the tokens file could not be written", { cause: err });
     }
     // At once rather than at the watch's next event: the caller may use the new secret straight away.
     this.reloadIfChanged();
