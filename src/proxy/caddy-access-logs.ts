@@ -1,3 +1,4 @@
+import { CaddyApiError } from "../caddy/admin.js";
 import type { CaddyConfig, ConfigKeys, Planned } from "../caddy/config.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import {
@@ -43,6 +44,9 @@ export class CaddyAccessLogs {
   /** Brings the logs in line with `want` (see AccessLogMode): the logs first, so a mapped host has its file. */
   async bringInLine(want: AccessLogState, mode: AccessLogMode): Promise<AccessLogWrites> {
     const [logging, server] = await this.plan(want, mode);
+    // A Caddy without any config has nowhere to put a route's log before the route creates the server.
+    if (logging.missing && want.logs.size > 0)
+      throw new CaddyApiError(400, "Caddy has no config to add the routes' access logs to");
     const wroteLogging = await this.config.apply(logging);
     const wroteServer = await this.config.apply(server);
     return {
