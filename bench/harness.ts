@@ -7,9 +7,9 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import { join } from "node:path";
+import { fetchedCaddyBinary } from "../src/caddy/settings.js";
 import { projectRoot } from "../src/paths.js";
 import { buildRoute } from "../src/proxy/build-route.js";
-import { fetchedCaddyBinary } from "../src/proxy/settings.js";
 import { freePort, httpRequest } from "../support/loopback.js";
 import { metricSample } from "../support/prometheus.js";
 

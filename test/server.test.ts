@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { goMemLimitOf } from "../src/caddy/memory-limit.js";
+import { goMemLimitOf } from "../src/caddy/process/memory-limit.js";
 import { freePort } from "../support/loopback.js";
 import { startReceiver, startUpstream } from "./helpers/http.js";
 import { alive, killEmbeddedCaddys, request, startAgent } from "./helpers/serve.js";

@@ -7,7 +7,6 @@ import {
   type Metrics,
   secondsSince,
 } from "../metrics/metrics.js";
-import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { collectWhenIdle } from "../util/idle-gc.js";
 import type {
   ClientRequest,
@@ -18,6 +17,7 @@ import type {
 import { http } from "../util/node-builtins.js";
 import { SharedFolder, UnsafePathError } from "../util/shared-folder.js";
 import { neverSent, retriedAcrossReload } from "./retry.js";
+import type { CaddyAdminAddress } from "./settings.js";
 
 /**
  * Connections to the admin socket: Caddy's folder (`/run/hostkeeper-caddy` for the packaged Caddy) is Caddy's

@@ -13,6 +13,13 @@ export const configPath = (keys: ConfigKeys) => `/config/${keys.map(encodeURICom
  */
 export const throughMissingKey = (status: number) => status === 400 || status === 404;
 
+/** Milliseconds as a Caddy duration string (`2m`, `90s`, `1500ms`). */
+export function caddyDuration(ms: number): string {
+  if (ms % 60_000 === 0) return `${ms / 60_000}m`;
+  if (ms % 1000 === 0) return `${ms / 1000}s`;
+  return `${ms}ms`;
+}
+
 /** `value` set at `keys` inside `into` (created as objects as needed); returns `into`. */
 export function setIn(
   into: Record<string, unknown>,

@@ -1,6 +1,6 @@
 import { join } from "node:path";
+import type { LoadFile } from "../caddy/tls-config.js";
 import { SharedFolder } from "../util/shared-folder.js";
-import type { LoadFile } from "./caddy-tls.js";
 import type { CustomCertificate } from "./custom-store.js";
 
 /** The tag of every `load_files` entry the agent wrote: how it tells its own from anyone else's. */

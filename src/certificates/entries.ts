@@ -1,4 +1,4 @@
-import type { AutomationPolicy } from "./caddy-tls.js";
+import type { AutomationPolicy } from "../caddy/tls-config.js";
 import type { CustomCertificate } from "./custom-store.js";
 import type { ObtainError } from "./obtain-errors.js";
 import type { CertificateFacts } from "./pem.js";

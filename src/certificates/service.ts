@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
+import type { AutomationPolicy, CaddyTlsConfig, LoadFile } from "../caddy/tls-config.js";
 import { ChangeRejectedError, ProxyUnavailableError } from "../proxy/errors.js";
 import { SharedFolder, UnsafePathError } from "../util/shared-folder.js";
 import { sleep } from "../util/timers.js";
@@ -12,7 +13,6 @@ import {
   type StorageList,
   storageKey,
 } from "./caddy-storage.js";
-import type { AutomationPolicy, CaddyTlsConfig, LoadFile } from "./caddy-tls.js";
 import { type CustomCertificate, type CustomCertificateStore, customCertificate } from "./custom-store.js";
 import {
   type CertificateEntry,

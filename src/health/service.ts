@@ -1,8 +1,8 @@
 import { type CaddyAdmin, CaddyApiError, type CallOptions } from "../caddy/admin.js";
 import { CaddyConfig } from "../caddy/config.js";
 import { PerLoad } from "../caddy/last-load.js";
-import { accepts, tcpAddresses } from "../caddy/listen-addresses.js";
-import type { CaddyProcessStatus } from "../caddy/supervisor.js";
+import { accepts, tcpAddresses } from "../caddy/process/listen-addresses.js";
+import type { CaddyProcessStatus } from "../caddy/process/supervisor.js";
 import type { Outbox } from "../events/outbox.js";
 import type { OperatorService } from "../operator/service.js";
 import { packageVersion } from "../paths.js";

@@ -1,7 +1,8 @@
 import type { Logger } from "pino";
+import { caddyDuration } from "../caddy/config.js";
 import type { ConfigField } from "../caddy/config-fields.js";
 import { decoysInPlace, withDecoy } from "./basic-auth-upgrade.js";
-import { caddyDuration, routesHaveDelay, withStreamCloseDelay } from "./streams.js";
+import { routesHaveDelay, withStreamCloseDelay } from "./streams.js";
 import type { RouteWriter } from "./writer.js";
 
 export interface ConnectionSettings {

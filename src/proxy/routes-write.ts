@@ -1,8 +1,8 @@
 import { type CaddyAdmin, CaddyApiError, JsonPieces } from "../caddy/admin.js";
 import { caddyEtag, goJsonPieces } from "../caddy/etag.js";
+import { managedServerCreation } from "../caddy/server-creation.js";
 import type { CaddyRoutesOptions, RoutesState } from "./caddy-routes.js";
 import type { Plan, RouteJson } from "./plan.js";
-import { managedServerCreation } from "./server-creation.js";
 
 export type WriteOutcome =
   | { kind: "written" }

@@ -1,12 +1,6 @@
+import { caddyDuration } from "../caddy/config.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import type { RouteJson } from "./plan.js";
-
-/** Milliseconds as a Caddy duration string (`2m`, `90s`, `1500ms`). */
-export function caddyDuration(ms: number): string {
-  if (ms % 60_000 === 0) return `${ms / 60_000}m`;
-  if (ms % 1000 === 0) return `${ms / 1000}s`;
-  return `${ms}ms`;
-}
 
 /**
  * The route with `stream_close_delay` set on every `reverse_proxy` handler (those inside subroutes too),

@@ -1,12 +1,12 @@
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
+import type { CaddyAdminAddress } from "../caddy/settings.js";
 import { AddressSet } from "../util/cidrs.js";
 import type { InputIssue } from "../util/invalid-input.js";
 import { hostPort } from "../util/urls.js";
 import { parseDial } from "./domain.js";
 import type { RouteJson } from "./plan.js";
-import type { CaddyAdminAddress } from "./settings.js";
 import type { RouteWriteRequest } from "./write-schemas.js";
 
 /*

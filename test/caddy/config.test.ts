@@ -3,7 +3,7 @@ import { type TestContext, test } from "node:test";
 import pino from "pino";
 import { CaddyAdmin, CaddyApiError } from "../../src/caddy/admin.js";
 import { CaddyConfig } from "../../src/caddy/config.js";
-import { prepareServer } from "../../src/caddy/managed-server.js";
+import { prepareServer } from "../../src/caddy/process/managed-server.js";
 import { freePort } from "../../support/loopback.js";
 import { startCaddy } from "../helpers/caddy.js";
 

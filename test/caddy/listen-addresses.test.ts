@@ -8,7 +8,7 @@ import {
   socketHolders,
   tcpAddresses,
   tryBind,
-} from "../../src/caddy/listen-addresses.js";
+} from "../../src/caddy/process/listen-addresses.js";
 import { freePort } from "../../support/loopback.js";
 
 test("Caddy listen entries as TCP addresses: wildcards, brackets, networks, ranges; other networks left out", () => {

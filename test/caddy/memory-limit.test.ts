@@ -4,9 +4,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import pino from "pino";
-import { caddyMemoryEnv, goMemLimit, writeCaddyEnvFile } from "../../src/caddy/memory-limit.js";
+import { caddyMemoryEnv, goMemLimit, writeCaddyEnvFile } from "../../src/caddy/process/memory-limit.js";
+import { CADDY_MEMORY_LIMIT_DEFAULT_MB } from "../../src/caddy/settings.js";
 import { projectRoot } from "../../src/paths.js";
-import { CADDY_MEMORY_LIMIT_DEFAULT_MB } from "../../src/proxy/settings.js";
 
 test("the setting becomes Go's GOMEMLIMIT in MiB; 0 is off, which also keeps Caddy from picking a limit of its own", () => {
   assert.equal(goMemLimit(768), "768MiB");

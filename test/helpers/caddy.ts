@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestContext } from "node:test";
 import { CaddyAdmin } from "../../src/caddy/admin.js";
-import { fetchedCaddyBinary } from "../../src/proxy/settings.js";
+import { fetchedCaddyBinary } from "../../src/caddy/settings.js";
 import { freePort } from "../../support/loopback.js";
 import { metricSample } from "../../support/prometheus.js";
 

@@ -1,14 +1,14 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ConfigError } from "../../src/config.js";
-import { agentCaddyFields } from "../../src/proxy/caddy-fields.js";
+import { agentCaddyFields } from "../../src/caddy/agent-fields.js";
 import {
   ISSUANCE_POLICY_ID,
   issuanceWarnings,
   policiesWith,
   tlsAddresses,
-} from "../../src/proxy/issuance.js";
-import { managedServerCreation } from "../../src/proxy/server-creation.js";
+} from "../../src/caddy/issuance.js";
+import { managedServerCreation } from "../../src/caddy/server-creation.js";
+import { ConfigError } from "../../src/config.js";
 import { loadConfig } from "../../src/settings.js";
 
 const proxyOf = (env: Record<string, string>) => loadConfig({ env }).proxy;

@@ -3,7 +3,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { test } from "node:test";
-import { ISSUANCE_POLICY_ID } from "../../src/proxy/issuance.js";
+import { ISSUANCE_POLICY_ID } from "../../src/caddy/issuance.js";
 import { freePort } from "../../support/loopback.js";
 import { metricSample } from "../../support/prometheus.js";
 import { buildTestApp } from "../helpers/app.js";

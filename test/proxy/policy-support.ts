@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { fetchedCaddyBinary } from "../../src/proxy/settings.js";
+import { fetchedCaddyBinary } from "../../src/caddy/settings.js";
 import {
   type After,
   closeAfter,

@@ -1,5 +1,5 @@
 import type { Logger } from "pino";
-import { fs } from "../util/node-builtins.js";
+import { fs } from "../../util/node-builtins.js";
 
 const { readFileSync, renameSync, writeFileSync } = fs;
 

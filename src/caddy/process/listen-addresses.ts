@@ -1,6 +1,6 @@
 import { createConnection, createServer, isIP } from "node:net";
-import { fs } from "../util/node-builtins.js";
-import { retriedAcrossReload } from "./retry.js";
+import { fs } from "../../util/node-builtins.js";
+import { retriedAcrossReload } from "../retry.js";
 
 const { readdirSync, readFileSync, readlinkSync } = fs;
 

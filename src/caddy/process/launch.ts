@@ -1,7 +1,7 @@
-import { CHILD_ENV, childEnv, execChild, spawnChild } from "../util/child-env.js";
-import { fs } from "../util/node-builtins.js";
-import { processStartTime } from "../util/processes.js";
-import { sleep } from "../util/timers.js";
+import { CHILD_ENV, childEnv, execChild, spawnChild } from "../../util/child-env.js";
+import { fs } from "../../util/node-builtins.js";
+import { processStartTime } from "../../util/processes.js";
+import { sleep } from "../../util/timers.js";
 import { EmbeddedCaddyError } from "./errors.js";
 import type { EmbeddedCaddyFiles } from "./files.js";
 

@@ -1,5 +1,5 @@
 import type { Logger } from "pino";
-import type { CaddyConfig } from "./config.js";
+import type { CaddyConfig } from "../config.js";
 import { EmbeddedCaddyError } from "./errors.js";
 
 /** Caddy's own log is rolled at this size (MiB), keeping this many rolled files. */

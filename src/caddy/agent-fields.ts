@@ -1,7 +1,7 @@
-import type { ConfigField } from "../caddy/config-fields.js";
 import type { AppConfig } from "../settings.js";
+import { caddyDuration } from "./config.js";
+import type { ConfigField } from "./config-fields.js";
 import { issuanceFields } from "./issuance.js";
-import { caddyDuration } from "./streams.js";
 
 /**
  * Every field the agent keeps in Caddy's config outside the routes, in the order they are written: the

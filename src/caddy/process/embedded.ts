@@ -1,16 +1,16 @@
 import type { Logger } from "pino";
-import { managedServerCreation } from "../proxy/server-creation.js";
-import type { CaddyAdminAddress } from "../proxy/settings.js";
-import { fs } from "../util/node-builtins.js";
-import type { CaddyAdmin, CallOptions } from "./admin.js";
-import { CaddyConfig } from "./config.js";
-import type { ConfigField } from "./config-fields.js";
+import { fs } from "../../util/node-builtins.js";
+import type { CaddyAdmin, CallOptions } from "../admin.js";
+import { CaddyConfig } from "../config.js";
+import type { ConfigField } from "../config-fields.js";
+import { managedServerCreation } from "../server-creation.js";
+import type { CaddyAdminAddress } from "../settings.js";
 import { type EmbeddedCaddyFiles, embeddedCaddyFiles } from "./files.js";
+import { caddyOfPidFile, caddyVersionOf, launchCaddy, type RunningCaddy, terminate } from "./launch.js";
 import { refuseForeignListeners, refuseHeldAddresses } from "./listener-checks.js";
 import { type CaddyLogRoll, caddyLogConfig, prepareLogging } from "./log-config.js";
 import { addressesToBind, type ManagedServer, prepareServer } from "./managed-server.js";
 import { caddyMemoryEnv, goMemLimit, goMemLimitOf } from "./memory-limit.js";
-import { caddyOfPidFile, caddyVersionOf, launchCaddy, type RunningCaddy, terminate } from "./process.js";
 import { type CaddyProcessStatus, CaddySupervisor } from "./supervisor.js";
 
 const { existsSync } = fs;

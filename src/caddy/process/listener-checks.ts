@@ -1,4 +1,4 @@
-import { hostPort } from "../util/urls.js";
+import { hostPort } from "../../util/urls.js";
 import { EmbeddedCaddyError } from "./errors.js";
 import {
   describeHolders,

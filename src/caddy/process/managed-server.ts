@@ -1,7 +1,7 @@
 import type { Logger } from "pino";
-import { fs } from "../util/node-builtins.js";
-import { type CaddyConfig, setIn } from "./config.js";
-import { type ConfigField, conformFields, nestFields } from "./config-fields.js";
+import { fs } from "../../util/node-builtins.js";
+import { type CaddyConfig, setIn } from "../config.js";
+import { type ConfigField, conformFields, nestFields } from "../config-fields.js";
 import { EmbeddedCaddyError } from "./errors.js";
 
 const { readFileSync } = fs;

@@ -1,6 +1,6 @@
-import type { ConfigField } from "../caddy/config-fields.js";
-import { type TcpAddress, tcpAddresses } from "../caddy/listen-addresses.js";
+import type { ConfigField } from "./config-fields.js";
 import type { TlsIssuer } from "./issuance-settings.js";
+import { type TcpAddress, tcpAddresses } from "./process/listen-addresses.js";
 
 /** The issuance settings (HOSTKEEPER_TLS_ISSUER and its companions), as the proxy's config holds them. */
 export interface Issuance {

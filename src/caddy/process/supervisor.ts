@@ -1,7 +1,7 @@
 import type { Logger } from "pino";
-import { processStartTime } from "../util/processes.js";
-import { settledWithin } from "../util/timers.js";
-import type { RunningCaddy } from "./process.js";
+import { processStartTime } from "../../util/processes.js";
+import { settledWithin } from "../../util/timers.js";
+import type { RunningCaddy } from "./launch.js";
 
 /** What the agent knows of the Caddy it runs, for the status endpoint. */
 export interface CaddyProcessStatus {

@@ -1,5 +1,5 @@
-import { CaddyApiError } from "../caddy/admin.js";
-import type { CaddyConfig } from "../caddy/config.js";
+import { CaddyApiError } from "./admin.js";
+import type { CaddyConfig } from "./config.js";
 
 /** One entry of `apps.tls.certificates.load_files`: a certificate Caddy reads from files at each load. */
 export interface LoadFile {

@@ -1,5 +1,5 @@
-import { setIn } from "../caddy/config.js";
-import { type ConfigField, nestFields } from "../caddy/config-fields.js";
+import { setIn } from "./config.js";
+import { type ConfigField, nestFields } from "./config-fields.js";
 
 /**
  * The one write that creates the managed server holding `routes`: a POST of the server, or of the nearest
