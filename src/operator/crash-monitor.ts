@@ -1,6 +1,6 @@
 import type { Logger } from "pino";
+import { Periodic } from "../util/periodic.js";
 import { isRunning } from "./instances.js";
-import { Periodic } from "./periodic.js";
 import type { Slots } from "./slots.js";
 import { type OperatorStore, otherSlot } from "./store.js";
 

@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import { Periodic } from "../util/periodic.js";
 import { KEPT_RUNS, type ScheduleStore, type StoredSchedule } from "./schedule-store.js";
 import type { ApplyStatus } from "./schemas.js";
 import type { SystemService } from "./service.js";
@@ -35,8 +36,8 @@ const iso = (ms: number) => new Date(ms).toISOString();
  * that closed without a record while the agent was down is recorded `missed`.
  */
 export class Scheduler {
-  private timer: NodeJS.Timeout | undefined;
-  private started = false;
+  /** The looks at the schedule: each answers when the next is due. */
+  private readonly looks: Periodic;
   private closed = false;
   /** When each slot planned so far runs (its start plus the random delay drawn for it), by slot start. */
   private readonly runTimes = new Map<number, number>();
@@ -46,6 +47,12 @@ export class Scheduler {
   private readonly running = new Set<number>();
 
   constructor(private readonly o: SchedulerOptions) {
+    this.looks = new Periodic({
+      intervalMs: MAX_SLEEP_MS,
+      round: () => this.lookSafely(),
+      what: "looking at the maintenance schedule",
+      log: o.log,
+    });
     // A run still `running` belongs to an earlier process. Its apply may have ended before that process
     // stopped (then it is recorded as it ended); otherwise the run was cut short.
     for (const run of o.store.unfinished()) {
@@ -58,21 +65,21 @@ export class Scheduler {
 
   /** Starts looking at the schedule: at once (a slot open now runs), then whenever something is due. */
   start(): void {
-    this.started = true;
-    this.wake();
+    this.looks.start();
+    void this.looks.runNow();
   }
 
   /** The schedule was set or removed: the next runs are planned again. */
   changed(): void {
     this.runTimes.clear();
     this.downloads.clear();
-    if (this.started) this.wake();
+    void this.looks.runNow();
   }
 
   /** Starts nothing more. A run under way is left: its apply is recorded interrupted at the next start. */
   close(): void {
     this.closed = true;
-    clearTimeout(this.timer);
+    void this.looks.stop();
   }
 
   /** When the next slot without a record runs: its planned time, or its start before it is planned. */
@@ -84,18 +91,14 @@ export class Scheduler {
     return undefined;
   }
 
-  private wake(): void {
-    clearTimeout(this.timer);
-    if (this.closed) return;
-    let sleep = MAX_SLEEP_MS;
+  /** One look (see `look`), its failure logged: ms until the next. */
+  private lookSafely(): number {
     try {
-      sleep = this.look();
+      return Math.min(this.look(), MAX_SLEEP_MS);
     } catch (err) {
       this.o.log.error({ err }, "the maintenance schedule could not be read; trying again in a minute");
-      sleep = MINUTE;
+      return MINUTE;
     }
-    this.timer = setTimeout(() => this.wake(), Math.max(0, Math.min(sleep, MAX_SLEEP_MS)));
-    this.timer.unref();
   }
 
   /** One look: records missed slots, starts the runs and downloads that are due; ms until the next look. */
