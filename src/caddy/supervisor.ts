@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import { Periodic } from "../util/periodic.js";
 import { processStartTime } from "../util/processes.js";
+import { doubling } from "../util/retry.js";
 import { settledWithin } from "../util/timers.js";
 import type { RunningCaddy } from "./process.js";
 
@@ -142,7 +143,7 @@ export class CaddySupervisor {
 
   private scheduleRestart(fields: Record<string, unknown>, why: string): void {
     const base = this.o.restartBackoffMs;
-    const delayMs = Math.min(base * 2 ** this.exitsInARow, base * 64);
+    const delayMs = doubling(base, base * 64)(this.exitsInARow);
     this.exitsInARow++;
     this.state = "restarting";
     this.o.log.warn(
