@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, test } from "node:test";
+import { describe, type TestContext, test } from "node:test";
 import { outboxMigrations } from "../../src/events/store.js";
 import { operatorMigrations } from "../../src/operator/store.js";
 import { proxyMigrations } from "../../src/proxy/store.js";
@@ -179,21 +179,27 @@ describe("the schedule's endpoints", () => {
   });
 });
 
+/** A database in a new data dir as an agent left it before the system area's migration `name`. */
+function databaseBefore(t: TestContext, name: string) {
+  const dataDir = mkdtempSync(join(tmpdir(), "hk-data-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const db = openDatabase(dataDir, [
+    ...outboxMigrations,
+    ...proxyMigrations,
+    ...systemMigrations.slice(
+      0,
+      systemMigrations.findIndex((m) => m.name === name),
+    ),
+    ...operatorMigrations,
+    ...auditMigrations,
+  ]);
+  return { dataDir, db };
+}
+
 describe("trigger", () => {
   test("applies recorded before the field existed read as api", async (t) => {
-    const dataDir = mkdtempSync(join(tmpdir(), "hk-data-"));
-    t.after(() => rmSync(dataDir, { recursive: true, force: true }));
     // The database as the agent left it before maintenance windows, with one apply.
-    const before = openDatabase(dataDir, [
-      ...outboxMigrations,
-      ...proxyMigrations,
-      ...systemMigrations.slice(
-        0,
-        systemMigrations.findIndex((m) => m.name === "system.004_schedule"),
-      ),
-      ...operatorMigrations,
-      ...auditMigrations,
-    ]);
+    const { dataDir, db: before } = databaseBefore(t, "system.004_schedule");
     before
       .prepare(
         `INSERT INTO system_applies (request_id, requested_by, update_type, auto_reboot, package_manager, started_at,
@@ -294,18 +300,7 @@ describe("runs recorded before a run was a view of its apply", () => {
   ];
 
   test("move into the applies and the slots without one, and read as they did", async (t) => {
-    const dataDir = mkdtempSync(join(tmpdir(), "hk-data-"));
-    t.after(() => rmSync(dataDir, { recursive: true, force: true }));
-    const old = openDatabase(dataDir, [
-      ...outboxMigrations,
-      ...proxyMigrations,
-      ...systemMigrations.slice(
-        0,
-        systemMigrations.findIndex((m) => m.name === "system.005_schedule_runs_in_applies"),
-      ),
-      ...operatorMigrations,
-      ...auditMigrations,
-    ]);
+    const { dataDir, db: old } = databaseBefore(t, "system.005_schedule_runs_in_applies");
     const addApply = old.prepare(
       `INSERT INTO system_applies (request_id, requested_by, update_type, auto_reboot, package_manager, started_at,
          outcome, state, error, updated_at, trigger)
