@@ -43,8 +43,9 @@ const AuditQuerySchema = Type.Object(
       Type.String({ format: "date-time", description: "Only records at or after this time (RFC 3339)." }),
     ),
     limit: Type.Optional(
-      Type.String({
-        pattern: "^(?:[1-9][0-9]{0,2}|1000)$",
+      Type.Integer({
+        minimum: 1,
+        maximum: 1000,
         description: "How many records to list, 1-1000; default 100.",
       }),
     ),
@@ -101,7 +102,7 @@ export function registerAccessRoutes(app: App, audit: AuditLog, tokens: TokenReg
     async (request) => {
       const { since, limit } = request.query;
       return {
-        records: audit.list({ since: since ? new Date(since) : undefined, limit: Number(limit ?? 100) }),
+        records: audit.list({ since: since ? new Date(since) : undefined, limit: limit ?? 100 }),
       };
     },
   );

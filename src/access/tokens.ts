@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import { generateToken } from "../store/secrets.js";
 import type { FSWatcher } from "../util/node-builtins.js";
 import { fs } from "../util/node-builtins.js";
+import { Periodic } from "../util/periodic.js";
 import { TokenRotationError } from "./errors.js";
 import { type Grant, isGrant } from "./scopes.js";
 
@@ -107,7 +108,7 @@ export class TokenRegistry {
   private fileStamp = "";
   private failedStamp = "";
   private watcher: FSWatcher | undefined;
-  private poll: NodeJS.Timeout | undefined;
+  private poll: Periodic | undefined;
   private debounce: NodeJS.Timeout | undefined;
 
   constructor(private readonly opts: TokenRegistryOptions) {
@@ -161,13 +162,18 @@ export class TokenRegistry {
     } catch (err) {
       this.opts.log.warn({ err, path }, "cannot watch the tokens file; relying on polling");
     }
-    this.poll = setInterval(() => this.reloadIfChanged(), this.opts.pollMs ?? 2000);
-    this.poll.unref();
+    this.poll = new Periodic({
+      intervalMs: this.opts.pollMs ?? 2000,
+      round: () => this.reloadIfChanged(),
+      what: "reading the tokens file",
+      log: this.opts.log,
+    });
+    this.poll.start();
   }
 
   close(): void {
     this.watcher?.close();
-    clearInterval(this.poll);
+    void this.poll?.stop();
     clearTimeout(this.debounce);
   }
 

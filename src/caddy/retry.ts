@@ -1,4 +1,4 @@
-import { sleep } from "../util/timers.js";
+import { doubling, retried } from "../util/retry.js";
 
 /**
  * What a connection meets while Caddy applies a config change: it restarts its admin server (a reset, a
@@ -19,25 +19,24 @@ export function neverSent(err: unknown): boolean {
   return ((e?.cause as NodeJS.ErrnoException | undefined)?.syscall ?? e?.syscall) === "connect";
 }
 
+/** Whether the failure is one of those a connection meets while Caddy applies a config change. */
+const reloadError = (err: unknown): boolean => RELOAD_ERRORS.has(codeOf(err) ?? "");
+
 /**
  * Runs `attempt` up to `attempts` times while it fails with one of those connection errors, waiting 25, 50,
  * 100, 200 ms... between attempts: a reload is over by then, and a Caddy that is really down is said so soon.
  * A request that is not safe to send twice passes `unchanged`, which must show the failed attempt changed
  * nothing. Any other failure, and the last one, is thrown as it came.
  */
-export async function retriedAcrossReload<T>(
+export function retriedAcrossReload<T>(
   attempts: number,
   attempt: () => Promise<T>,
   unchanged?: (err: unknown) => Promise<boolean>,
 ): Promise<T> {
-  for (let i = 0; ; i++) {
-    try {
-      return await attempt();
-    } catch (err) {
-      const code = codeOf(err);
-      if (!code || !RELOAD_ERRORS.has(code) || i >= attempts - 1) throw err;
-      await sleep(25 * 2 ** i);
-      if (unchanged && !(await unchanged(err).catch(() => false))) throw err;
-    }
-  }
+  return retried(attempt, {
+    attempts,
+    delayMs: doubling(25),
+    retryable: reloadError,
+    ...(unchanged ? { check: unchanged } : {}),
+  });
 }

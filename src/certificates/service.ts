@@ -3,8 +3,8 @@ import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import type { AutomationPolicy, CaddyTlsConfig, LoadFile } from "../caddy/tls-config.js";
 import { ChangeRejectedError, ProxyUnavailableError } from "../proxy/errors.js";
+import { retried } from "../util/retry.js";
 import { SharedFolder, UnsafePathError } from "../util/shared-folder.js";
-import { sleep } from "../util/timers.js";
 import { CaddyCopies, LOAD_FILES_TAG } from "./caddy-copies.js";
 import {
   CaddyStorage,
@@ -313,21 +313,17 @@ export class CertificateService {
    */
   conform(): Promise<void> {
     this.conforming = this.serial(async () => {
-      // A write that meets the reload of another change at start (the routes' own conformance) sees its
-      // connection reset: tried again a moment later, a bounded number of times.
-      for (let attempt = 1; ; attempt++) {
-        try {
-          await this.conformOnce();
-          return;
-        } catch (err) {
-          if (err instanceof ProxyUnavailableError && attempt < 3) {
-            await sleep(1000);
-            continue;
-          }
-          const level = this.o.store.all().length > 0 || err instanceof UnsafePathError ? "warn" : "debug";
-          this.o.log[level]({ err }, "could not bring Caddy's custom certificates in line at start");
-          return;
-        }
+      try {
+        // A write that meets the reload of another change at start (the routes' own conformance) sees its
+        // connection reset: tried again a moment later, a bounded number of times.
+        await retried(() => this.conformOnce(), {
+          attempts: 3,
+          delayMs: () => 1000,
+          retryable: (err) => err instanceof ProxyUnavailableError,
+        });
+      } catch (err) {
+        const level = this.o.store.all().length > 0 || err instanceof UnsafePathError ? "warn" : "debug";
+        this.o.log[level]({ err }, "could not bring Caddy's custom certificates in line at start");
       }
     });
     return this.conforming;

@@ -24,6 +24,8 @@ import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
 import { generateWebhookSecret, loadOrCreateSecret } from "../store/secrets.js";
 import { ScheduleService } from "../system/schedule.js";
+import { ScheduleStore } from "../system/schedule-store.js";
+import { Scheduler } from "../system/scheduler.js";
 import { createPackageManager } from "../system/select.js";
 import { SystemService } from "../system/service.js";
 import { RestartFinder } from "../system/services-restart.js";
@@ -92,8 +94,8 @@ export function buildAreas(
     log: logger.child({ component: "certificates" }),
   });
   metrics.readCertificates(() => certificates.list());
-  const system = buildSystem(config, db, logger, { metrics, outbox });
-  const schedule = new ScheduleService({ db, system, now, log: logger.child({ component: "schedule" }) });
+  const system = buildSystem(config, db, logger, { metrics, outbox, now });
+  const schedule = buildSchedule(db, logger, system, now);
   const operator = new OperatorService({
     db,
     metrics,
@@ -207,7 +209,12 @@ function buildRoutes(
 }
 
 /** The package updates area, on the package manager the settings (or the host) select. */
-function buildSystem(config: AppConfig, db: Db, logger: Logger, o: Shared): SystemService {
+function buildSystem(
+  config: AppConfig,
+  db: Db,
+  logger: Logger,
+  o: Shared & { now: () => number },
+): SystemService {
   const { system } = config;
   const log = logger.child({ component: "system" });
   return new SystemService({
@@ -227,6 +234,15 @@ function buildSystem(config: AppConfig, db: Db, logger: Logger, o: Shared): Syst
     boot: { bootIdFile: system.bootIdFile, kernelReleaseFile: system.kernelReleaseFile },
     outbox: o.outbox,
     env: process.env,
+    now: o.now,
     log,
   });
+}
+
+/** The maintenance schedule: its store and the scheduler that runs its slots' applies, on the agent's clock. */
+function buildSchedule(db: Db, logger: Logger, system: SystemService, now: () => number): ScheduleService {
+  const log = logger.child({ component: "schedule" });
+  const store = new ScheduleStore(db);
+  const scheduler = new Scheduler({ store, system, now, random: Math.random, log });
+  return new ScheduleService({ store, scheduler, now, log });
 }

@@ -3,7 +3,7 @@ import type { TypeBoxTypeProvider } from "@fastify/type-provider-typebox";
 import Fastify, { type FastifyBaseLogger, type FastifyServerFactory } from "fastify";
 import type { Logger } from "pino";
 import type { AccessControl } from "../http/auth.js";
-import { httpEdgeOptions, MAX_PARAM_LENGTH } from "../http/edge.js";
+import { httpEdgeOptions, MAX_PARAM_LENGTH, queryIntegers } from "../http/edge.js";
 import { genReqId } from "../http/request-id.js";
 import type { App } from "../http/types.js";
 import type { AppConfig } from "../settings.js";
@@ -33,7 +33,7 @@ export function createFastify(
   logger: Logger,
   serverFactory: FastifyServerFactory | undefined,
 ): App {
-  return Fastify({
+  const app = Fastify({
     ...httpEdgeOptions(check),
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     // Node would answer a missing Host itself, in plain text; the edge's hook answers it as a problem.
@@ -49,4 +49,6 @@ export function createFastify(
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: true, useDefaults: false },
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
+  queryIntegers(app);
+  return app;
 }

@@ -2,6 +2,7 @@ import type { Logger } from "pino";
 import type { App } from "../http/types.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
+import { Periodic } from "../util/periodic.js";
 import { settledWithin } from "../util/timers.js";
 import type { Access } from "./access.js";
 import type { Areas } from "./areas.js";
@@ -20,11 +21,15 @@ export function manageLifecycle(
   logger: Logger,
 ): void {
   const retentionMs = config.access.auditRetentionDays * 86_400_000;
-  const pruneAudit = () => {
-    const pruned = audit.prune(retentionMs);
-    if (pruned > 0) logger.info({ records: pruned }, "pruned audit records past their retention");
-  };
-  let pruneTimer: NodeJS.Timeout | undefined;
+  const pruneAudit = new Periodic({
+    intervalMs: 3_600_000,
+    round: () => {
+      const pruned = audit.prune(retentionMs);
+      if (pruned > 0) logger.info({ records: pruned }, "pruned audit records past their retention");
+    },
+    what: "pruning the audit trail",
+    log: logger,
+  });
 
   app.addHook("onReady", async () => {
     // In the writer's queue, ahead of any change, without holding up the start on a slow or absent Caddy.
@@ -36,16 +41,15 @@ export function manageLifecycle(
     areas.accessLogs.start();
     await areas.system.start();
     tokens.start();
-    pruneAudit();
-    pruneTimer = setInterval(pruneAudit, 3_600_000);
-    pruneTimer.unref();
+    pruneAudit.start();
+    void pruneAudit.runNow();
     areas.outbox.start();
     areas.schedule.start();
     areas.operator.start();
   });
   app.addHook("onClose", async () => {
     tokens.close();
-    clearInterval(pruneTimer);
+    await pruneAudit.stop();
     await areas.operator.close();
     areas.accessLogs.close();
     areas.schedule.close();

@@ -2,12 +2,16 @@ import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import type { Metrics } from "../metrics/metrics.js";
 import type { Db } from "../store/db.js";
+import { Periodic } from "../util/periodic.js";
 import { settledWithin } from "../util/timers.js";
 import { type AttemptResult, deliverSigned } from "./delivery.js";
 import type { DenyList } from "./egress.js";
 import type { EventType } from "./event-kinds.js";
 import { judgeAttempt } from "./retry-policy.js";
 import { type EventFilter, type OutboxAttempt, type OutboxEvent, OutboxStore } from "./store.js";
+
+/** The longest the worker sleeps while an event is pending. */
+const MAX_WAIT_MS = 60_000;
 
 export type RedeliverResult =
   | { ok: true; event: OutboxEvent }
@@ -44,9 +48,8 @@ export class Outbox {
   private readonly store: OutboxStore;
   private readonly inFlight = new Set<string>();
   private readonly keysInFlight = new Set<string>();
-  private timer: NodeJS.Timeout | undefined;
-  private timerAt = 0;
-  private closed = false;
+  /** The worker: a round starts the due deliveries, then waits until the next is due or it is woken. */
+  private readonly worker: Periodic;
   private running = new Set<Promise<void>>();
   /** Attempts made by deliverNow, outside the worker's concurrency. */
   private readonly firstAttempts = new Set<Promise<boolean>>();
@@ -58,6 +61,15 @@ export class Outbox {
   ) {
     this.store = new OutboxStore(db);
     this.concurrency = opts.concurrency ?? 4;
+    this.worker = new Periodic({
+      // The longest wait, and the one after a round that failed.
+      intervalMs: MAX_WAIT_MS,
+      round: () => this.tick(),
+      what: "starting the due deliveries",
+      log: opts.log,
+    });
+    // Events written before `start` are delivered as soon as they are kicked.
+    this.worker.start();
   }
 
   /** Writes an event; call inside the transaction that records the change it reports. Returns its id. */
@@ -134,33 +146,22 @@ export class Outbox {
   }
 
   start(): void {
-    this.closed = false;
     this.schedule(0);
   }
 
   /** Stops the worker and waits (bounded) for attempts in flight; pending events stay for the next start. */
   async close(waitMs = 5000): Promise<void> {
-    this.closed = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
+    await this.worker.stop();
     await settledWithin(Promise.allSettled([...this.running, ...this.firstAttempts]), waitMs);
   }
 
-  /** Arms the worker's timer for `delayMs` from now, unless it is already armed to fire sooner. */
+  /** Wakes the worker within `delayMs`, unless it is already due sooner. */
   private schedule(delayMs: number): void {
-    if (this.closed) return;
-    const wait = Math.max(0, Math.min(delayMs, 60_000));
-    const at = Date.now() + wait;
-    if (this.timer && this.timerAt <= at) return;
-    if (this.timer) clearTimeout(this.timer);
-    this.timerAt = at;
-    this.timer = setTimeout(() => this.tick(), wait);
-    this.timer.unref();
+    this.worker.soon(delayMs);
   }
 
-  private tick(): void {
-    this.timer = undefined;
-    if (this.closed) return;
+  /** Starts the due deliveries; answers the wait until the next one is due (none: until woken). */
+  private tick(): number {
     for (const ev of this.store.dueBy(Date.now())) {
       if (this.running.size >= this.concurrency) break;
       if (!this.mayStart(ev)) continue;
@@ -173,7 +174,8 @@ export class Outbox {
     }
     const next = this.store.earliestDue();
     // Due events that could not start (ordering, concurrency) are woken by a completion; the poll is a fallback.
-    if (next !== null) this.schedule(next > Date.now() ? next - Date.now() : 1000);
+    if (next === null) return Number.POSITIVE_INFINITY;
+    return Math.min(next > Date.now() ? next - Date.now() : 1000, MAX_WAIT_MS);
   }
 
   /** An event starts when no attempt of it, nor of an earlier event with its ordering key, is under way. */

@@ -48,7 +48,7 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
     },
     async (request) => {
       const { state, type, limit } = request.query;
-      const rows = outbox.list({ state, type, limit: Number(limit ?? 50) });
+      const rows = outbox.list({ state, type, limit: limit ?? 50 });
       return { events: rows.map(({ event, attempts }) => eventView(event, attempts)) };
     },
   );

@@ -75,10 +75,7 @@ export const EventListQuerySchema = Type.Object(
     state: Type.Optional(StringEnum(EVENT_STATES, { description: "Only events in this state." })),
     type: Type.Optional(StringEnum(EVENT_TYPES, { description: "Only events of this type." })),
     limit: Type.Optional(
-      Type.String({
-        pattern: "^(?:[1-9][0-9]{0,1}|[1-4][0-9]{2}|500)$",
-        description: "How many events to list, 1-500; default 50.",
-      }),
+      Type.Integer({ minimum: 1, maximum: 500, description: "How many events to list, 1-500; default 50." }),
     ),
   },
   { additionalProperties: false },

@@ -181,3 +181,34 @@ export function httpEdgeOptions(
     },
   };
 }
+
+/** An integer written the one way a query may write it: no sign but `-`, no leading zero, no exponent. */
+const QUERY_INTEGER = /^-?(?:0|[1-9][0-9]*)$/;
+
+/**
+ * Query parameters the schema types as integers reach its validation as numbers, when written as one
+ * (`?limit=20`); anything else (`?limit=1e2`, `?limit=020`, a repeated key) stays as sent and fails as
+ * `must be an integer`. The validator does not coerce (bodies keep their JSON types), so this is the one
+ * place a query's text becomes a number; only routes with such a parameter get the hook.
+ */
+export function queryIntegers(app: FastifyInstance): void {
+  app.addHook("onRoute", (route) => {
+    const schema = route.schema?.querystring as
+      | { properties?: Record<string, { type?: unknown }> }
+      | undefined;
+    const fields = Object.entries(schema?.properties ?? {})
+      .filter(([, s]) => s.type === "integer")
+      .map(([name]) => name);
+    if (fields.length === 0) return;
+    const hooks = route.preValidation;
+    const toNumbers = (request: FastifyRequest, _reply: FastifyReply, done: () => void) => {
+      const query = request.query as Record<string, unknown>;
+      for (const name of fields) {
+        const v = query[name];
+        if (typeof v === "string" && QUERY_INTEGER.test(v)) query[name] = Number(v);
+      }
+      done();
+    };
+    route.preValidation = [...(hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks]), toNumbers];
+  });
+}

@@ -10,6 +10,7 @@ import type { AppConfig } from "../settings.js";
 import { AddressSet, LOOPBACK } from "../util/cidrs.js";
 import type { FSWatcher, RequestListener, Server } from "../util/node-builtins.js";
 import { fs, http } from "../util/node-builtins.js";
+import { Periodic } from "../util/periodic.js";
 import { hostPort } from "../util/urls.js";
 import { listenerSettings } from "./settings.js";
 
@@ -94,7 +95,7 @@ export class Listener {
   private readonly allowed: AddressSet | undefined;
   private seen = "";
   private readonly watchers: FSWatcher[] = [];
-  private interval: NodeJS.Timeout | undefined;
+  private interval: Periodic | undefined;
   private debounce: NodeJS.Timeout | undefined;
   private counts = { refusals: { count: 0, loggedAt: 0 }, handshakes: { count: 0, loggedAt: 0 } };
 
@@ -216,8 +217,13 @@ export class Listener {
         this.log.warn({ err, dir }, "cannot watch the TLS files' folder; checking on the interval only");
       }
     }
-    this.interval = setInterval(check, this.c.tlsReloadIntervalMs);
-    this.interval.unref();
+    this.interval = new Periodic({
+      intervalMs: this.c.tlsReloadIntervalMs,
+      round: check,
+      what: "looking at the API's TLS files",
+      log: this.log,
+    });
+    this.interval.start();
   }
 
   private reload(server: https.Server, files: TlsFiles): void {
@@ -241,7 +247,7 @@ export class Listener {
 
   close(): void {
     for (const w of this.watchers.splice(0)) w.close();
-    clearInterval(this.interval);
+    void this.interval?.stop();
     clearTimeout(this.debounce);
   }
 }

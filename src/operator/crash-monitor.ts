@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
+import { Periodic } from "../util/periodic.js";
+import { doubling } from "../util/retry.js";
 import { isRunning } from "./instances.js";
-import { Periodic } from "./periodic.js";
 import type { Slots } from "./slots.js";
 import { type OperatorStore, otherSlot } from "./store.js";
 
@@ -60,7 +61,7 @@ export class CrashMonitor {
     const base = this.o.restartBackoffMs;
     if (!isRunning(active)) {
       if (Date.now() < this.restarts.notBefore) return;
-      const delay = Math.min(base * 2 ** this.restarts.count, base * 64);
+      const delay = doubling(base, base * 64)(this.restarts.count);
       this.restarts = { count: this.restarts.count + 1, notBefore: Date.now() + delay };
       this.o.log.warn(
         { slot: active.slot, restarts: this.restarts.count },

@@ -1,7 +1,7 @@
 import type { Logger } from "pino";
 import type { RouteService } from "../proxy/service.js";
+import { Periodic } from "../util/periodic.js";
 import { writeAtomically } from "./artifacts/files.js";
-import { Periodic } from "./periodic.js";
 import type { OperatorStore } from "./store.js";
 
 export interface RouteSyncOptions {

@@ -7,8 +7,9 @@ import { RouteIdParamsSchema } from "./schemas.js";
 const AccessLogQuerySchema = Type.Object(
   {
     lines: Type.Optional(
-      Type.String({
-        pattern: "^(?:[1-9][0-9]{0,3}|10000)$",
+      Type.Integer({
+        minimum: 1,
+        maximum: 10_000,
         description: "How many of the newest lines, 1-10,000; default 100.",
       }),
     ),
@@ -58,7 +59,7 @@ const accessLogSchema = {
 /** `GET /v1/proxy/routes/{route_id}/access-log`: the newest lines of a route's access log. */
 export function registerAccessLogRoutes(app: App, service: AccessLogService): void {
   app.get("/v1/proxy/routes/:route_id/access-log", { schema: accessLogSchema }, async (request, reply) => {
-    const { entries, cut } = await service.tail(request.params.route_id, Number(request.query.lines ?? 100));
+    const { entries, cut } = await service.tail(request.params.route_id, request.query.lines ?? 100);
     if (cut) void reply.header("hostkeeper-truncated", "true");
     // The lines as Caddy wrote them (each checked to be a JSON object): parsed and written again, 2 MiB of
     // them would cost the agent several times that.

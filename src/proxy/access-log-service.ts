@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import { Periodic } from "../util/periodic.js";
 import { UnsafePathError } from "../util/shared-folder.js";
 import { removeStaleFiles, staleFiles, type Tail, tailLines } from "./access-log-files.js";
 import type { AccessLogKeeper } from "./access-log-keeper.js";
@@ -26,10 +27,17 @@ export interface AccessLogServiceOptions {
  * and removing the files of routes that no longer log once they are `keepDays` old.
  */
 export class AccessLogService {
-  private timer: NodeJS.Timeout | undefined;
+  private readonly sweeps: Periodic;
   private first: Promise<void> = Promise.resolve();
 
-  constructor(private readonly o: AccessLogServiceOptions) {}
+  constructor(private readonly o: AccessLogServiceOptions) {
+    this.sweeps = new Periodic({
+      intervalMs: o.sweepMs ?? 3_600_000,
+      round: () => this.sweep(),
+      what: "looking after the access logs",
+      log: o.log,
+    });
+  }
 
   /**
    * The newest `n` entries of the route's log, oldest first, each a JSON line Caddy wrote (checked, kept as
@@ -57,9 +65,8 @@ export class AccessLogService {
 
   /** Sweeps now (see `sweep`), then hourly. */
   start(): void {
-    this.first = this.sweep();
-    this.timer = setInterval(() => void this.sweep(), this.o.sweepMs ?? 3_600_000);
-    this.timer.unref();
+    this.sweeps.start();
+    this.first = this.sweeps.runNow();
   }
 
   /** Resolves once the start's sweep has ended, however it ended. */
@@ -68,11 +75,11 @@ export class AccessLogService {
   }
 
   /**
-   * Stops the timer. A sweep under way is not waited for: it touches no database, and its work inside the
-   * writer is what the writer's own wait at close covers; its reads may hang on Caddy for a whole time-out.
+   * Starts no sweep again. A sweep under way is not waited for: it touches no database, and its work inside
+   * the writer is what the writer's own wait at close covers; its reads may hang on Caddy for a whole time-out.
    */
   close(): void {
-    clearInterval(this.timer);
+    void this.sweeps.stop();
   }
 
   /**

@@ -211,7 +211,7 @@ export function registerProxyRoutes(app: App, service: RouteService, deny: DenyL
   );
 
   app.get("/v1/proxy/routes/:route_id/history", { schema: historySchema }, async (request) => ({
-    changes: await service.history(request.params.route_id, Number(request.query.limit ?? 50)),
+    changes: await service.history(request.params.route_id, request.query.limit ?? 50),
   }));
 
   app.post("/v1/proxy/routes/:route_id/restore", { schema: restoreSchema }, async (request) => {

@@ -82,8 +82,9 @@ export const RouteIdParamsSchema = Type.Object(
 export const RouteHistoryQuerySchema = Type.Object(
   {
     limit: Type.Optional(
-      Type.String({
-        pattern: "^(?:[1-9][0-9]{0,2}|1000)$",
+      Type.Integer({
+        minimum: 1,
+        maximum: 1000,
         description: "How many changes to list, 1-1000; default 50.",
       }),
     ),

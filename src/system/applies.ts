@@ -27,6 +27,10 @@ export interface ApplyRow {
   reboot_at: string | null;
   updated_at: string | null;
   trigger: ApplyTrigger;
+  /** The maintenance window's slot a scheduled apply ran for (its start, UTC): the apply is the slot's run. */
+  slot_start: string | null;
+  /** 1 when the window left out the reboot its policy asked for (it would have come after the window's end). */
+  reboot_left_out: number;
 }
 
 /** What started an apply: a request to the API, or a maintenance window's slot. */
@@ -93,6 +97,7 @@ export interface ApplyFields {
   progress?: Progress;
   reboot?: RebootReport;
   reboot_at?: string | null;
+  reboot_left_out?: number;
 }
 
 /**
@@ -106,17 +111,22 @@ export class ApplyStore {
   private readonly latestStmt;
   private readonly statesStmt;
   private readonly addStateStmt;
+  private readonly releaseClaimStmt;
 
   constructor(
     private readonly db: Db,
     private readonly outbox: Outbox,
+    /** The clock of the applies' times (ms since the epoch). */
+    private readonly now: () => number,
   ) {
     this.insertStmt = db.prepare(
       `INSERT INTO system_applies (request_id, requested_by, update_type, auto_reboot, package_manager, started_at,
-         outcome, state, callback_url, updated_at, trigger)
+         outcome, state, callback_url, updated_at, trigger, slot_start)
        VALUES (@request_id, @requested_by, @update_type, @auto_reboot, @package_manager, @at, 'running', 'queued',
-         @callback_url, @at, @trigger)`,
+         @callback_url, @at, @trigger, @slot_start)`,
     );
+    // A slot's claim, written before its apply, gives way to the apply: from then on the apply is its run.
+    this.releaseClaimStmt = db.prepare("DELETE FROM system_schedule_slots WHERE slot_start = ?");
     this.byIdStmt = db.prepare("SELECT * FROM system_applies WHERE id = ?");
     this.latestStmt = db.prepare("SELECT * FROM system_applies ORDER BY id DESC LIMIT ?");
     this.statesStmt = db.prepare("SELECT state, at FROM system_apply_states WHERE apply_id = ? ORDER BY seq");
@@ -126,7 +136,7 @@ export class ApplyStore {
     );
   }
 
-  /** Records a new apply in state `queued`, with its event. */
+  /** Records a new apply in state `queued`, with its event; a scheduled one takes over its slot's claim. */
   create(a: {
     request_id: string;
     requested_by: string;
@@ -134,13 +144,18 @@ export class ApplyStore {
     auto_reboot: boolean;
     package_manager: string;
     callback_url: string | null;
-    at: string;
     trigger: ApplyTrigger;
+    slot_start?: string;
   }): number {
     let id = 0;
+    const at = this.isoNow();
+    const slot_start = a.slot_start ?? null;
     this.db.transaction(() => {
-      id = Number(this.insertStmt.run({ ...a, auto_reboot: a.auto_reboot ? 1 : 0 }).lastInsertRowid);
-      this.recordState(id, "queued", a.at);
+      id = Number(
+        this.insertStmt.run({ ...a, at, slot_start, auto_reboot: a.auto_reboot ? 1 : 0 }).lastInsertRowid,
+      );
+      if (slot_start !== null) this.releaseClaimStmt.run(slot_start);
+      this.recordState(id, "queued", at);
     })();
     this.outbox.kick();
     return id;
@@ -160,7 +175,7 @@ export class ApplyStore {
 
   /** Moves an apply to `state`, setting `fields` with it; its history entry and event in the same transaction. */
   transition(id: number, state: ApplyState, fields: ApplyFields = {}): ApplyRow {
-    const now = new Date().toISOString();
+    const now = this.isoNow();
     const values: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(fields))
       values[k] = v === undefined || v === null || typeof v !== "object" ? (v ?? null) : JSON.stringify(v);
@@ -188,7 +203,12 @@ export class ApplyStore {
     const values = Object.fromEntries(Object.entries(fields).map(([k, v]) => [k, JSON.stringify(v)]));
     this.db
       .prepare(`UPDATE system_applies SET ${sets.join(", ")}, updated_at = @now WHERE id = @id`)
-      .run({ ...values, id, now: new Date().toISOString() });
+      .run({ ...values, id, now: this.isoNow() });
+  }
+
+  /** Now on the applies' clock, as they record it. */
+  isoNow(): string {
+    return new Date(this.now()).toISOString();
   }
 
   /** Applies in one of `states`, oldest first. */

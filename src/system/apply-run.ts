@@ -21,16 +21,20 @@ export interface ApplyRunOptions {
   lock: PackageLock;
   reboots: Reboots;
   restarts: Pick<RestartFinder, "find">;
+  /** The clock of the applies' times and of their windows' ends. */
+  now: () => number;
   log: Logger;
 }
 
 type ApplyError = ApplyStatus["error"];
 /** What an apply that ran to its end records and answers. */
 type Installed = StoredResult & { services_restart_required: ServiceToRestart[] | null };
+/** What an apply records beside its result: whether its window left out the reboot its policy asked for. */
+type WindowNote = { reboot_left_out?: number };
 
 /**
  * The reboot a scheduled apply may end with: when one is required, or `always`; either only when the reboot
- * command would run before `by` (ms since the epoch, the end of the apply's window).
+ * command would run before `by` (the end of the apply's window, ms since the epoch on the agent's clock).
  */
 export interface RebootWindow {
   always: boolean;
@@ -70,14 +74,15 @@ export class ApplyRun {
     const row = this.o.store.get(id);
     try {
       const installed = await this.o.lock.run(() => this.install(row));
-      const result = window === undefined ? installed : this.rebootInWindow(row, installed, window);
+      const { result, note } =
+        window === undefined ? { result: installed, note: {} } : this.rebootInWindow(row, installed, window);
       return {
         id,
         update_type: row.update_type,
         package_manager: this.o.manager.name,
         ...result,
         started_at: new Date(row.started_at).toISOString(),
-        ...this.finish(row, "succeeded", null, result),
+        ...this.finish(row, "succeeded", null, result, note),
       };
     } catch (err) {
       if (this.closed) throw err;
@@ -90,15 +95,23 @@ export class ApplyRun {
     }
   }
 
-  private rebootInWindow(row: ApplyRow, installed: Installed, window: RebootWindow): Installed {
+  private rebootInWindow(
+    row: ApplyRow,
+    installed: Installed,
+    window: RebootWindow,
+  ): { result: Installed; note: WindowNote } {
     const wanted = (window.always || installed.reboot_required) && !this.closed;
     const inTime = this.o.reboots.dueBefore(window.by);
-    if (wanted && !inTime)
+    const leftOut = wanted && !inTime;
+    if (leftOut)
       this.o.log.warn(
         { apply_id: row.id, window_end: new Date(window.by).toISOString() },
         `apply ${row.id}: no reboot, as it would come after the end of the maintenance window`,
       );
-    return { ...installed, reboot_scheduled: wanted && inTime };
+    return {
+      result: { ...installed, reboot_scheduled: wanted && inTime },
+      note: leftOut ? { reboot_left_out: 1 } : {},
+    };
   }
 
   /** Stops recording progress; applies still under way are left to the next start. */
@@ -155,8 +168,9 @@ export class ApplyRun {
     outcome: "succeeded" | "failed",
     error: ApplyError,
     result: StoredResult | null,
+    note: WindowNote = {},
   ): { finished_at: string; duration_ms: number; reboot_at: string | null } {
-    const finished = new Date();
+    const finished = new Date(this.o.now());
     const ms = finished.getTime() - new Date(row.started_at).getTime();
     const progress = this.live.get(row.id);
     this.live.delete(row.id);
@@ -173,6 +187,7 @@ export class ApplyRun {
         // Nothing is being worked on once the apply is over.
         ...(progress === undefined ? {} : { progress: { ...progress, current: null } }),
         ...reboot,
+        ...note,
       },
     );
     this.logEnd(row, outcome, error, result, ms);

@@ -59,8 +59,9 @@ export const ApplyHistorySchema = Type.Object(
 export const ApplyHistoryQuerySchema = Type.Object(
   {
     limit: Type.Optional(
-      Type.String({
-        pattern: "^(?:[1-9][0-9]{0,2}|1000)$",
+      Type.Integer({
+        minimum: 1,
+        maximum: 1000,
         description: "How many applies to list, 1-1000; default 50.",
       }),
     ),

@@ -85,4 +85,31 @@ export const systemMigrations: Migration[] = [
         recorded_at TEXT NOT NULL
       );`,
   },
+  {
+    // A scheduled run is one record: a slot that has an apply is that apply (which carries its slot, and
+    // whether the window left its reboot out); only the slots without one (claimed, missed, refused before
+    // an apply, interrupted before it) keep a row of their own. Every run row moves: those with an apply
+    // into it (the reason the window left the reboot out becomes the flag), the others into the new table,
+    // whose states are the old table's so that no row can fail the move.
+    name: "system.005_schedule_runs_in_applies",
+    sql: `
+      ALTER TABLE system_applies ADD COLUMN slot_start TEXT;
+      ALTER TABLE system_applies ADD COLUMN reboot_left_out INTEGER NOT NULL DEFAULT 0;
+      UPDATE system_applies SET
+        slot_start = (SELECT r.slot_start FROM system_schedule_runs r WHERE r.apply_id = system_applies.id),
+        reboot_left_out = EXISTS (SELECT 1 FROM system_schedule_runs r WHERE r.apply_id = system_applies.id
+          AND r.reason = 'no reboot: it would have come after the end of the window')
+        WHERE id IN (SELECT apply_id FROM system_schedule_runs);
+      CREATE UNIQUE INDEX system_applies_slot ON system_applies (slot_start) WHERE slot_start IS NOT NULL;
+      CREATE TABLE system_schedule_slots (
+        slot_start TEXT PRIMARY KEY,
+        state TEXT NOT NULL
+          CHECK (state IN ('running', 'completed', 'failed', 'interrupted', 'missed', 'refused')),
+        reason TEXT,
+        recorded_at TEXT NOT NULL
+      );
+      INSERT INTO system_schedule_slots (slot_start, state, reason, recorded_at)
+        SELECT slot_start, state, reason, recorded_at FROM system_schedule_runs WHERE apply_id IS NULL;
+      DROP TABLE system_schedule_runs;`,
+  },
 ];

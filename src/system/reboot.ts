@@ -19,6 +19,8 @@ export interface RebootsOptions {
   /** Where the boot id and the running kernel are read. */
   boot: BootSources;
   env: NodeJS.ProcessEnv;
+  /** The clock of the applies' times (and of the windows' ends a reboot must come before). */
+  now: () => number;
   log: Logger;
 }
 
@@ -76,7 +78,7 @@ export class Reboots {
       .filter((r) => rebootReportOf(r).boot_id_before !== boot.boot_id);
     const planned = rebooted.at(-1);
     const stillRequired = planned === undefined ? null : await this.stillRequired();
-    const now = new Date().toISOString();
+    const now = new Date(this.o.now()).toISOString();
     this.o.db.transaction(() => {
       this.boots.record(boot, last?.boot_id ?? null, planned?.id ?? null);
       for (const row of rebooted)
@@ -144,14 +146,14 @@ export class Reboots {
 
   /** Whether a reboot scheduled now would run before `by` (ms since the epoch). */
   dueBefore(by: number): boolean {
-    return Date.now() + this.o.delayMs < by;
+    return this.o.now() + this.o.delayMs < by;
   }
 
   /** What an apply that schedules a reboot now records: when the reboot is due, and the boot it leaves. */
   plan(): { reboot_at: string; reboot: RebootReport } {
     const boot = currentBoot(this.o.boot);
     return {
-      reboot_at: new Date(Date.now() + this.o.delayMs).toISOString(),
+      reboot_at: new Date(this.o.now() + this.o.delayMs).toISOString(),
       reboot: newRebootReport({ boot_id: boot?.boot_id ?? null, kernel: boot?.kernel ?? null }),
     };
   }
@@ -197,8 +199,7 @@ export class Reboots {
     if (file === undefined || id === undefined) return;
     this.pending = undefined;
     const row = this.o.store.find(id);
-    if (row)
-      this.o.store.transitionReboot(row, "rebooting", { command_started_at: new Date().toISOString() });
+    if (row) this.o.store.transitionReboot(row, "rebooting", { command_started_at: this.o.store.isoNow() });
     this.o.log.warn({ command: this.o.command, apply_id: id }, "running the reboot command");
     const child = spawnChild(file, args, { env: childEnv(this.o.env, CHILD_ENV.reboot), stdio: "ignore" });
     this.child = child;

@@ -192,7 +192,7 @@ export function registerSystemRoutes(
   );
 
   app.get("/v1/system/apply-history", { schema: listApplyHistory }, async (request) => ({
-    applies: service.history(Number(request.query.limit ?? 50)),
+    applies: service.history(request.query.limit ?? 50),
   }));
 
   app.get("/v1/system/schedule", { schema: getSchedule }, async () => schedule.get());

@@ -1,23 +1,21 @@
 import type { Static } from "@sinclair/typebox";
 import type { Logger } from "pino";
-import type { Db } from "../store/db.js";
 import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
 import { ScheduleNotFoundError } from "./errors.js";
 import type { ScheduleSchema } from "./schedule-schemas.js";
-import { type ScheduleRequest, ScheduleStore, type StoredSchedule } from "./schedule-store.js";
-import { Scheduler } from "./scheduler.js";
-import type { SystemService } from "./service.js";
+import type { ScheduleRequest, ScheduleStore, StoredSchedule } from "./schedule-store.js";
+import type { Scheduler } from "./scheduler.js";
 import { isKnownTimeZone } from "./windows.js";
 
 export type ScheduleView = Static<typeof ScheduleSchema>;
 
 export interface ScheduleServiceOptions {
-  db: Db;
-  system: SystemService;
+  /** The schedule and its runs, in the database. */
+  store: ScheduleStore;
+  /** What runs the slots, on the same store and clock. */
+  scheduler: Scheduler;
   /** The clock the windows are read on; tests pass one they control. */
   now: () => number;
-  /** For the random delays; default `Math.random`. */
-  random?: () => number;
   log: Logger;
 }
 
@@ -46,21 +44,15 @@ export function scheduleIssues(body: ScheduleRequest): InputIssue[] {
 
 /**
  * The maintenance schedule: set, read and removed through the API, kept in the database, and run by the
- * `Scheduler` from the agent's start to its stop.
+ * `Scheduler` from the agent's start to its stop (both built by the composition, src/composition/areas.ts).
  */
 export class ScheduleService {
   private readonly store: ScheduleStore;
   private readonly scheduler: Scheduler;
 
   constructor(private readonly o: ScheduleServiceOptions) {
-    this.store = new ScheduleStore(o.db);
-    this.scheduler = new Scheduler({
-      store: this.store,
-      system: o.system,
-      now: o.now,
-      random: o.random ?? Math.random,
-      log: o.log,
-    });
+    this.store = o.store;
+    this.scheduler = o.scheduler;
   }
 
   /** Called once the agent is ready: a slot open now runs at once. */

@@ -1,12 +1,12 @@
 import type { Logger } from "pino";
-import { KEPT_RUNS, type ScheduleStore, type StoredSchedule } from "./schedule-store.js";
-import type { ApplyStatus } from "./schemas.js";
+import { Periodic } from "../util/periodic.js";
+import { INTERRUPTED, KEPT_RUNS, type ScheduleStore, type StoredSchedule } from "./schedule-store.js";
 import type { SystemService } from "./service.js";
 import { runTime, type Slot, slotsBetween } from "./windows.js";
 
 export interface SchedulerOptions {
   store: ScheduleStore;
-  system: Pick<SystemService, "startApply" | "status" | "download">;
+  system: Pick<SystemService, "startApply" | "download">;
   /** The clock the windows are read on (ms since the epoch). */
   now: () => number;
   /** A number in [0, 1) for each slot's random delay. */
@@ -23,79 +23,73 @@ const MAX_SLEEP_MS = 10 * MINUTE;
 /** How far back slots missed while the agent was down are recorded. */
 const LOOKBACK_MS = 366 * DAY;
 
-const INTERRUPTED = "the agent stopped during the run; a slot never runs twice";
 const MISSED = "the agent was not running while the window was open";
-const NO_REBOOT = "no reboot: it would have come after the end of the window";
 const iso = (ms: number) => new Date(ms).toISOString();
 
 /**
- * Runs the schedule's slots, each at most once: a slot's record is written (`running`) before its apply
- * starts, so an agent stopped during the run finds it at its next start and reports it `interrupted` instead
- * of running it again. A slot still open at a look that has no record runs (after its random delay); one
- * that closed without a record while the agent was down is recorded `missed`.
+ * Runs the schedule's slots, each at most once: a slot is claimed (`running`) before its apply is asked
+ * for, and its apply, once recorded, carries the slot and is its run from then on; so an agent stopped
+ * during the run finds it at its next start (the apply interrupted, or the claim without one) instead of
+ * running it again. A slot still open at a look that has no record runs (after its random delay); one that
+ * closed without a record while the agent was down is recorded `missed`. Every time is the agent's clock.
  */
 export class Scheduler {
-  private timer: NodeJS.Timeout | undefined;
-  private started = false;
-  private closed = false;
+  /** The looks at the schedule: each answers when the next is due. */
+  private readonly looks: Periodic;
   /** When each slot planned so far runs (its start plus the random delay drawn for it), by slot start. */
   private readonly runTimes = new Map<number, number>();
   /** Slots whose download ahead was started by this process. */
   private readonly downloads = new Set<number>();
-  /** Slots whose run this process started and has not finished recording. */
-  private readonly running = new Set<number>();
 
   constructor(private readonly o: SchedulerOptions) {
-    // A run still `running` belongs to an earlier process. Its apply may have ended before that process
-    // stopped (then it is recorded as it ended); otherwise the run was cut short.
-    for (const run of o.store.unfinished()) {
-      const st = run.apply_id === null ? undefined : this.statusOf(run.apply_id);
-      if (st !== undefined && this.finished(run.start, undefined, st)) continue;
-      o.store.update(run.start, { state: "interrupted", reason: INTERRUPTED });
-      o.log.warn({ slot_start: iso(run.start) }, "a scheduled run was interrupted by a stop of the agent");
+    this.looks = new Periodic({
+      intervalMs: MAX_SLEEP_MS,
+      round: () => this.lookSafely(),
+      what: "looking at the maintenance schedule",
+      log: o.log,
+    });
+    // A claim without its apply belongs to an earlier process that stopped before the apply was recorded.
+    // (A run with its apply is as its apply: the system area records an apply cut short as interrupted.)
+    for (const start of o.store.claimsWithoutApply()) {
+      o.store.update(start, "interrupted", INTERRUPTED);
+      o.log.warn({ slot_start: iso(start) }, "a scheduled run was interrupted by a stop of the agent");
     }
   }
 
   /** Starts looking at the schedule: at once (a slot open now runs), then whenever something is due. */
   start(): void {
-    this.started = true;
-    this.wake();
+    this.looks.start();
+    void this.looks.runNow();
   }
 
   /** The schedule was set or removed: the next runs are planned again. */
   changed(): void {
     this.runTimes.clear();
     this.downloads.clear();
-    if (this.started) this.wake();
+    void this.looks.runNow();
   }
 
   /** Starts nothing more. A run under way is left: its apply is recorded interrupted at the next start. */
   close(): void {
-    this.closed = true;
-    clearTimeout(this.timer);
+    void this.looks.stop();
   }
 
   /** When the next slot without a record runs: its planned time, or its start before it is planned. */
   nextRunAt(s: Schedule): number | undefined {
     const now = this.o.now();
     for (const slot of slotsBetween(s.windows, s.timezone, now, now + 8 * DAY))
-      if (!this.running.has(slot.start) && !this.o.store.has(slot.start))
-        return this.runTimes.get(slot.start) ?? slot.start;
+      if (!this.o.store.has(slot.start)) return this.runTimes.get(slot.start) ?? slot.start;
     return undefined;
   }
 
-  private wake(): void {
-    clearTimeout(this.timer);
-    if (this.closed) return;
-    let sleep = MAX_SLEEP_MS;
+  /** One look (see `look`), its failure logged: ms until the next. */
+  private lookSafely(): number {
     try {
-      sleep = this.look();
+      return Math.min(this.look(), MAX_SLEEP_MS);
     } catch (err) {
       this.o.log.error({ err }, "the maintenance schedule could not be read; trying again in a minute");
-      sleep = MINUTE;
+      return MINUTE;
     }
-    this.timer = setTimeout(() => this.wake(), Math.max(0, Math.min(sleep, MAX_SLEEP_MS)));
-    this.timer.unref();
   }
 
   /** One look: records missed slots, starts the runs and downloads that are due; ms until the next look. */
@@ -110,7 +104,7 @@ export class Scheduler {
     let sleep = MAX_SLEEP_MS;
     const missed: Slot[] = [];
     for (const slot of slotsBetween(s.windows, s.timezone, from, now + ahead + MAX_SLEEP_MS)) {
-      if (this.running.has(slot.start) || this.o.store.has(slot.start)) continue;
+      if (this.o.store.has(slot.start)) continue;
       if (slot.end <= now) {
         missed.push(slot);
         continue;
@@ -165,79 +159,44 @@ export class Scheduler {
     );
   }
 
-  /** Claims the slot, then runs it; a stop of the agent from the claim on leaves it `interrupted`. */
+  /**
+   * Claims the slot, then asks for its apply, which takes the claim over as it is recorded; a stop of the
+   * agent from the claim on leaves the slot `interrupted`. A refusal before the apply is recorded on the claim.
+   */
   private begin(slot: Slot, s: Schedule, now: number): void {
     if (!this.o.store.claim(slot.start, "running", now)) return;
-    this.running.add(slot.start);
-    this.run(slot, s)
-      .catch((err: unknown) => {
-        this.o.log.error({ err, slot_start: iso(slot.start) }, "the scheduled run could not be recorded");
-      })
-      .finally(() => this.running.delete(slot.start));
-  }
-
-  private async run(slot: Slot, s: Schedule): Promise<void> {
     const slotStart = iso(slot.start);
-    let started: { status: ApplyStatus; done: Promise<void> };
-    try {
-      started = await this.o.system.startApply(
+    this.o.system
+      .startApply(
         s.update_type,
         s.reboot !== "never",
         { remote_address: "local", user_agent: null, request_id: `schedule:${slotStart}` },
         s.callback_url ?? undefined,
         {
           trigger: "schedule",
-          // The window's end on the clock the reboot is timed with.
-          rebootWindow: { always: s.reboot === "always", by: Date.now() + (slot.end - this.o.now()) },
+          slotStart,
+          // The window's end, on the clock the apply times its reboot with.
+          ...(s.reboot === "never" ? {} : { rebootWindow: { always: s.reboot === "always", by: slot.end } }),
         },
-      );
-    } catch (err) {
-      this.refused(slot, err);
-      return;
-    }
-    const id = started.status.id;
-    this.o.store.update(slot.start, { apply_id: id });
-    this.o.log.info({ slot_start: slotStart, apply_id: id }, `maintenance window: apply ${id} started`);
-    await started.done;
-    // The database may be closed by now; the next start records the run from its apply.
-    if (this.closed) return;
-    this.finished(slot.start, s.reboot, this.o.system.status(id));
-  }
-
-  private statusOf(id: number): ApplyStatus | undefined {
-    try {
-      return this.o.system.status(id);
-    } catch {
-      return undefined;
-    }
+      )
+      .then(
+        ({ status }) =>
+          this.o.log.info(
+            { slot_start: slotStart, apply_id: status.id },
+            `maintenance window: apply ${status.id} started`,
+          ),
+        (err: unknown) => this.refused(slot, err),
+      )
+      .catch((err: unknown) => {
+        this.o.log.error({ err, slot_start: slotStart }, "the scheduled run could not be recorded");
+      });
   }
 
   /** The apply did not start: a typed refusal says why in its message; anything else is in the log. */
   private refused(slot: Slot, err: unknown): void {
     const typed = err instanceof Error && typeof (err as { code?: unknown }).code === "string";
     const reason = typed ? (err as Error).message : "the agent failed unexpectedly; see its log";
-    this.o.store.update(slot.start, { state: "refused", reason });
+    this.o.store.update(slot.start, "refused", reason);
     this.o.log.warn({ err, slot_start: iso(slot.start) }, `the scheduled apply did not start: ${reason}`);
-  }
-
-  /**
-   * Records how the slot's apply ended (false when it has not: it is under way or was interrupted). One that
-   * failed without leaving `queued`, or because the package manager stayed busy, changed nothing: refused.
-   * With the reboot policy, a reboot left out is said.
-   */
-  private finished(start: number, reboot: Schedule["reboot"] | undefined, st: ApplyStatus): boolean {
-    if (st.state === "failed") {
-      const started = st.history.some((h) => h.state !== "queued" && h.state !== "failed");
-      const refused = !started || st.error?.code === "package_manager_busy";
-      this.o.store.update(start, { state: refused ? "refused" : "failed", reason: st.error?.detail ?? null });
-      return true;
-    }
-    if (!["completed", "reboot_scheduled", "rebooting", "back_online"].includes(st.state)) return false;
-    const wanted = reboot === "always" || (reboot === "if_required" && st.reboot_required === true);
-    this.o.store.update(start, {
-      state: "completed",
-      ...(wanted && !st.reboot_scheduled ? { reason: NO_REBOOT } : {}),
-    });
-    return true;
   }
 }

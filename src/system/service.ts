@@ -46,13 +46,19 @@ export interface SystemServiceOptions {
   /** Where the `system_update` events of applies with a callback are written. */
   outbox: Outbox;
   env: NodeJS.ProcessEnv;
+  /** The clock of the applies' times and of their windows (the composition's, which tests control). */
+  now: () => number;
   log: Logger;
   metrics?: Metrics;
 }
 
-/** What started an apply (default the API), and for a scheduled one the reboot its window allows. */
+/**
+ * What started an apply (default the API); for a scheduled one, the slot it runs for (its start, UTC),
+ * whose claim it takes over, and the reboot its window allows (none when the schedule never reboots).
+ */
 export interface ApplyOrigin {
   trigger?: ApplyTrigger;
+  slotStart?: string;
   rebootWindow?: RebootWindow;
 }
 
@@ -71,7 +77,7 @@ export class SystemService {
 
   constructor(private readonly o: SystemServiceOptions) {
     this.lock = new PackageLock(o.lockTimeoutMs);
-    this.store = new ApplyStore(o.db, o.outbox);
+    this.store = new ApplyStore(o.db, o.outbox, o.now);
     this.lastChecks = new LastCheckStore(o.db);
     this.reboots = new Reboots({
       db: o.db,
@@ -81,6 +87,7 @@ export class SystemService {
       delayMs: o.rebootDelayMs,
       boot: o.boot,
       env: o.env,
+      now: o.now,
       log: o.log,
     });
     this.runs = new ApplyRun({
@@ -89,6 +96,7 @@ export class SystemService {
       lock: this.lock,
       reboots: this.reboots,
       restarts: o.restarts,
+      now: o.now,
       log: o.log,
     });
     this.guard = new DiskGuard({ manager: o.manager, minFreeMb: o.minFreeMb, log: o.log });
@@ -96,7 +104,7 @@ export class SystemService {
     for (const row of this.store.inStates(["queued", "downloading", "installing"])) {
       this.store.transition(row.id, "interrupted", {
         outcome: "interrupted",
-        finished_at: new Date().toISOString(),
+        finished_at: this.store.isoNow(),
         error: { code: "interrupted", detail: "the agent stopped during the apply" },
       });
       o.log.warn({ apply_id: row.id }, `apply ${row.id} was interrupted by a stop of the agent`);
@@ -189,7 +197,7 @@ export class SystemService {
     callbackUrl?: string,
   ): Promise<ApplyResult> {
     await this.guard.check("apply", type);
-    const id = this.create(type, autoReboot, who, callbackUrl, "api");
+    const id = this.create(type, autoReboot, who, callbackUrl, {});
     return this.measured("apply", () => this.runs.run(id));
   }
 
@@ -206,7 +214,7 @@ export class SystemService {
     origin: ApplyOrigin = {},
   ): Promise<{ status: ApplyStatus; done: Promise<void> }> {
     await this.guard.check("apply", type);
-    const id = this.create(type, autoReboot, who, callbackUrl, origin.trigger ?? "api");
+    const id = this.create(type, autoReboot, who, callbackUrl, origin);
     // Started on the next turn, so the answer shows the apply `queued`, as it was accepted.
     const job = setImmediate()
       .then(() => this.measured("apply", () => this.runs.run(id, origin.rebootWindow)))
@@ -281,7 +289,7 @@ export class SystemService {
     autoReboot: boolean,
     who: Requester,
     callbackUrl: string | undefined,
-    trigger: ApplyTrigger,
+    origin: ApplyOrigin,
   ): number {
     return this.store.create({
       request_id: who.request_id,
@@ -290,8 +298,8 @@ export class SystemService {
       auto_reboot: autoReboot,
       package_manager: this.o.manager.name,
       callback_url: callbackUrl ?? null,
-      at: new Date().toISOString(),
-      trigger,
+      trigger: origin.trigger ?? "api",
+      ...(origin.slotStart === undefined ? {} : { slot_start: origin.slotStart }),
     });
   }
 

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, test } from "node:test";
+import { describe, type TestContext, test } from "node:test";
 import { auditMigrations } from "../../src/access/audit-store.js";
 import { outboxMigrations } from "../../src/events/store.js";
 import { operatorMigrations } from "../../src/operator/store.js";
@@ -179,18 +179,27 @@ describe("the schedule's endpoints", () => {
   });
 });
 
+/** A database in a new data dir as an agent left it before the system area's migration `name`. */
+function databaseBefore(t: TestContext, name: string) {
+  const dataDir = mkdtempSync(join(tmpdir(), "hk-data-"));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const db = openDatabase(dataDir, [
+    ...outboxMigrations,
+    ...proxyMigrations,
+    ...systemMigrations.slice(
+      0,
+      systemMigrations.findIndex((m) => m.name === name),
+    ),
+    ...operatorMigrations,
+    ...auditMigrations,
+  ]);
+  return { dataDir, db };
+}
+
 describe("trigger", () => {
   test("applies recorded before the field existed read as api", async (t) => {
-    const dataDir = mkdtempSync(join(tmpdir(), "hk-data-"));
-    t.after(() => rmSync(dataDir, { recursive: true, force: true }));
     // The database as the agent left it before maintenance windows, with one apply.
-    const before = openDatabase(dataDir, [
-      ...outboxMigrations,
-      ...proxyMigrations,
-      ...systemMigrations.filter((m) => m.name !== "system.004_schedule"),
-      ...operatorMigrations,
-      ...auditMigrations,
-    ]);
+    const { dataDir, db: before } = databaseBefore(t, "system.004_schedule");
     before
       .prepare(
         `INSERT INTO system_applies (request_id, requested_by, update_type, auto_reboot, package_manager, started_at,
@@ -206,5 +215,167 @@ describe("trigger", () => {
     assert.equal(old.request_id, "old");
     assert.equal(old.trigger, "api");
     assert.equal((await call({ method: "GET", url: "/v1/system/applies/1" })).json().trigger, "api");
+  });
+});
+
+describe("runs recorded before a run was a view of its apply", () => {
+  const DAY = 86_400_000;
+  const INTERRUPTED = "the agent stopped during the run; a slot never runs twice";
+  const NO_REBOOT = "no reboot: it would have come after the end of the window";
+  const MISSED = "the agent was not running while the window was open";
+  const BUSY = "the package manager is held by process 4242";
+  const NO_SPACE = "not enough free space to apply the updates: 10 MB free of 500 MB needed";
+  /** The slot `n` days before now, at a whole minute. */
+  const slot = (n: number) => iso(Math.floor(Date.now() / MINUTE) * MINUTE - n * DAY);
+
+  /**
+   * Every kind of run the earlier schema recorded, each with what the earlier agent would have shown for it
+   * once started again: a run still `running` is as its apply ended (interrupted when it had not).
+   */
+  const cases: {
+    slot: string;
+    run: { state: string; reason?: string };
+    apply?: { state: string; history: string[]; error?: { code: string; detail: string } };
+    shown: { state: string; reason?: string };
+  }[] = [
+    {
+      slot: slot(1),
+      run: { state: "completed", reason: NO_REBOOT },
+      apply: { state: "completed", history: ["queued", "downloading", "installing", "completed"] },
+      shown: { state: "completed", reason: NO_REBOOT },
+    },
+    {
+      slot: slot(2),
+      run: { state: "refused", reason: BUSY },
+      apply: {
+        state: "failed",
+        history: ["queued", "downloading", "failed"],
+        error: { code: "package_manager_busy", detail: BUSY },
+      },
+      shown: { state: "refused", reason: BUSY },
+    },
+    {
+      slot: slot(3),
+      run: { state: "failed", reason: "dpkg failed" },
+      apply: {
+        state: "failed",
+        history: ["queued", "downloading", "installing", "failed"],
+        error: { code: "apply_failed", detail: "dpkg failed" },
+      },
+      shown: { state: "failed", reason: "dpkg failed" },
+    },
+    {
+      slot: slot(4),
+      run: { state: "interrupted", reason: INTERRUPTED },
+      apply: { state: "interrupted", history: ["queued", "downloading", "interrupted"] },
+      shown: { state: "interrupted", reason: INTERRUPTED },
+    },
+    {
+      slot: slot(5),
+      run: { state: "running" },
+      apply: { state: "installing", history: ["queued", "downloading", "installing"] },
+      shown: { state: "interrupted", reason: INTERRUPTED },
+    },
+    {
+      slot: slot(6),
+      run: { state: "running" },
+      apply: {
+        state: "reboot_scheduled",
+        history: ["queued", "downloading", "installing", "reboot_scheduled"],
+      },
+      shown: { state: "completed" },
+    },
+    { slot: slot(7), run: { state: "missed", reason: MISSED }, shown: { state: "missed", reason: MISSED } },
+    {
+      slot: slot(8),
+      run: { state: "refused", reason: NO_SPACE },
+      shown: { state: "refused", reason: NO_SPACE },
+    },
+    {
+      slot: slot(9),
+      run: { state: "interrupted", reason: INTERRUPTED },
+      shown: { state: "interrupted", reason: INTERRUPTED },
+    },
+    { slot: slot(10), run: { state: "running" }, shown: { state: "interrupted", reason: INTERRUPTED } },
+  ];
+
+  test("move into the applies and the slots without one, and read as they did", async (t) => {
+    const { dataDir, db: old } = databaseBefore(t, "system.005_schedule_runs_in_applies");
+    const addApply = old.prepare(
+      `INSERT INTO system_applies (request_id, requested_by, update_type, auto_reboot, package_manager, started_at,
+         outcome, state, error, updated_at, trigger)
+       VALUES (@request_id, '{"remote_address":"local","user_agent":null}', 'security', 1, 'apt', @at, @outcome,
+         @state, @error, @at, @trigger)`,
+    );
+    const addState = old.prepare(
+      "INSERT INTO system_apply_states (apply_id, seq, state, at) VALUES (?, ?, ?, ?)",
+    );
+    const addRun = old.prepare(
+      "INSERT INTO system_schedule_runs (slot_start, state, apply_id, reason, recorded_at) VALUES (?, ?, ?, ?, ?)",
+    );
+    const ids = new Map<string, number>();
+    // An apply through the API first: it has no slot, before or after.
+    const api = addApply.run({
+      request_id: "by-api",
+      at: slot(11),
+      outcome: "succeeded",
+      state: "completed",
+      error: null,
+      trigger: "api",
+    });
+    for (const c of cases) {
+      let id: number | null = null;
+      if (c.apply) {
+        const outcome = { failed: "failed", interrupted: "interrupted", installing: "running" }[
+          c.apply.state
+        ];
+        id = Number(
+          addApply.run({
+            request_id: `schedule:${c.slot}`,
+            at: c.slot,
+            outcome: outcome ?? "succeeded",
+            state: c.apply.state,
+            error: c.apply.error ? JSON.stringify(c.apply.error) : null,
+            trigger: "schedule",
+          }).lastInsertRowid,
+        );
+        for (const [seq, state] of c.apply.history.entries()) addState.run(id, seq, state, c.slot);
+        ids.set(c.slot, id);
+      }
+      addRun.run(c.slot, c.run.state, id, c.run.reason ?? null, c.slot);
+    }
+    // The schedule as it was set just now, with windows that do not open while the test runs.
+    old.prepare("INSERT INTO system_schedule (id, schedule, set_at) VALUES (1, ?, ?)").run(
+      JSON.stringify({
+        ...valid(),
+        download_ahead_minutes: 0,
+        random_delay_minutes: 0,
+        callback_url: null,
+      }),
+      iso(Date.now()),
+    );
+    old.close();
+
+    const { call } = await buildTestApp(t, ENV, { dataDir });
+    const got = (await call({ method: "GET", url: "/v1/system/schedule" })).json();
+    assert.deepEqual(
+      got.runs,
+      cases.map((c) => ({
+        slot_start: c.slot,
+        state: c.shown.state,
+        ...(ids.has(c.slot) ? { apply_id: ids.get(c.slot) } : {}),
+        ...(c.shown.reason === undefined ? {} : { reason: c.shown.reason }),
+      })),
+    );
+    const history = (await call({ method: "GET", url: "/v1/system/apply-history" })).json().applies;
+    assert.deepEqual(
+      history.map((a: { id: number; trigger: string }) => [a.id, a.trigger]),
+      [...[...ids.values()].reverse().map((id) => [id, "schedule"]), [Number(api.lastInsertRowid), "api"]],
+      "every apply is still in the history, as it was",
+    );
+    const status = (await call({ method: "GET", url: `/v1/system/applies/${ids.get(slot(1))}` })).json();
+    assert.equal(status.state, "completed");
+    assert.equal(status.trigger, "schedule");
+    assert.equal("slot_start" in status, false, "the slot is not a field of the apply's answer");
   });
 });

@@ -336,6 +336,26 @@ test("a reboot the policy asks for is left out when it would come after the wind
   assert.equal((await api(call, "GET", `/v1/system/applies/${byApi.id}`)).trigger, "api");
 });
 
+test("a schedule that never reboots leaves out the reboot an apply leaves required", async (t) => {
+  const h = await setup(t);
+  const { call } = await h.start();
+  const opens = thisMinute();
+  await api(call, "PUT", "/v1/system/schedule", {
+    windows: [windowAt(opens, 30)],
+    timezone: "UTC",
+    update_type: "full",
+    reboot: "never",
+  });
+  const [run] = (await runEnded(call)).runs;
+  assert.deepEqual(run, { slot_start: iso(opens), state: "completed", apply_id: run.apply_id });
+  const status = await api(call, "GET", `/v1/system/applies/${run.apply_id}`);
+  assert.equal(status.auto_reboot, false);
+  assert.equal(status.reboot_required, true, "labkernel flags a reboot");
+  assert.equal(status.reboot_scheduled, false);
+  assert.equal(status.state, "completed");
+  assert.equal(h.reboot.ranAt(), undefined);
+});
+
 test("the host's own package state is untouched", () => {
   assert.deepEqual(hostPackageState(), hostBefore);
 });

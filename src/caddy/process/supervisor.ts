@@ -1,5 +1,7 @@
 import type { Logger } from "pino";
+import { Periodic } from "../../util/periodic.js";
 import { processStartTime } from "../../util/processes.js";
+import { doubling } from "../../util/retry.js";
 import { settledWithin } from "../../util/timers.js";
 import type { RunningCaddy } from "./launch.js";
 
@@ -60,7 +62,10 @@ export class CaddySupervisor {
   private exitsInARow = 0;
   private lastExitAt: string | null = null;
   private lastRestartAt: string | null = null;
+  /** The restart due after an exit. */
   private timer: NodeJS.Timeout | undefined;
+  /** The poll of an adopted Caddy's PID. */
+  private poll: Periodic | undefined;
   private restarting: Promise<void> | undefined;
   private closed = false;
 
@@ -81,13 +86,18 @@ export class CaddySupervisor {
     this.adopted = true;
     if (!caddy) return;
     this.current = caddy;
-    this.timer = setInterval(() => {
-      if (processStartTime(caddy.pid) !== caddy.procStart) {
-        clearInterval(this.timer);
+    const poll = new Periodic({
+      intervalMs: this.o.pollMs,
+      round: () => {
+        if (processStartTime(caddy.pid) === caddy.procStart) return;
+        void poll.stop();
         this.exited(caddy.pid, "is gone");
-      }
-    }, this.o.pollMs);
-    this.timer.unref();
+      },
+      what: "looking at the adopted Caddy's PID",
+      log: this.o.log,
+    });
+    this.poll = poll;
+    poll.start();
   }
 
   /** Caddy runs as configured: the agent's start is done. */
@@ -115,7 +125,7 @@ export class CaddySupervisor {
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.timer);
-    clearInterval(this.timer);
+    void this.poll?.stop();
     if (this.restarting) await settledWithin(this.restarting, this.o.closeTimeoutMs);
     this.state = "stopped";
   }
@@ -133,7 +143,7 @@ export class CaddySupervisor {
 
   private scheduleRestart(fields: Record<string, unknown>, why: string): void {
     const base = this.o.restartBackoffMs;
-    const delayMs = Math.min(base * 2 ** this.exitsInARow, base * 64);
+    const delayMs = doubling(base, base * 64)(this.exitsInARow);
     this.exitsInARow++;
     this.state = "restarting";
     this.o.log.warn(

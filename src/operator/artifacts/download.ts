@@ -3,7 +3,7 @@ import https from "node:https";
 import { rootCertificates } from "node:tls";
 import type { IncomingHttpHeaders, IncomingMessage } from "../../util/node-builtins.js";
 import { fs, http } from "../../util/node-builtins.js";
-import { sleep } from "../../util/timers.js";
+import { doubling, retried } from "../../util/retry.js";
 import { UpdateFailure } from "../failure.js";
 import type { ArtifactSource } from "./source.js";
 
@@ -197,33 +197,39 @@ export class Downloader {
   }
 
   /**
-   * Runs `attempt` until it succeeds, fails for good, or runs out of retries or time. `closing` aborts
-   * everything (the agent is stopping); the deadline turns into a download failure.
+   * Runs `attempt` until it succeeds, fails for good, or runs out of retries or time, with doubling waits
+   * between attempts. `closing` aborts everything (the agent is stopping); the deadline turns into a
+   * download failure.
    */
   private async retrying<T>(closing: AbortSignal, attempt: (signal: AbortSignal) => Promise<T>): Promise<T> {
     const deadline = AbortSignal.timeout(this.o.totalTimeoutMs);
     const signal = AbortSignal.any([closing, deadline]);
-    for (let i = 0; ; i++) {
-      try {
-        return await attempt(signal);
-      } catch (err) {
-        if (closing.aborted) throw closing.reason;
-        if (deadline.aborted)
-          throw new UpdateFailure(
-            "download_failed",
-            `no complete download within ${this.o.totalTimeoutMs} ms`,
-          );
-        const failure =
-          err instanceof UpdateFailure
-            ? err
-            : new UpdateFailure("download_failed", (err as Error).message || String(err), true);
-        if (!failure.retryable || i >= this.o.retries) throw failure;
-        await sleep(this.o.retryDelayMs * 2 ** i, signal).catch(() => {
-          if (closing.aborted) throw closing.reason;
-          throw failure;
-        });
-      }
+    try {
+      return await retried(
+        () =>
+          attempt(signal).catch((err: unknown) => {
+            throw this.failureOf(err, closing, deadline);
+          }),
+        {
+          attempts: this.o.retries + 1,
+          delayMs: doubling(this.o.retryDelayMs),
+          retryable: (err) => err instanceof UpdateFailure && err.retryable,
+          signal,
+        },
+      );
+    } catch (err) {
+      throw closing.aborted ? closing.reason : err;
     }
+  }
+
+  /** What a failed attempt is: the stop of the agent, the deadline, or a download failure (retryable or not). */
+  private failureOf(err: unknown, closing: AbortSignal, deadline: AbortSignal): unknown {
+    if (closing.aborted) return closing.reason;
+    if (deadline.aborted)
+      return new UpdateFailure("download_failed", `no complete download within ${this.o.totalTimeoutMs} ms`);
+    return err instanceof UpdateFailure
+      ? err
+      : new UpdateFailure("download_failed", (err as Error).message || String(err), true);
   }
 
   /** A GET following redirects; answers any final status to the caller. */
