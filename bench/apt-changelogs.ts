@@ -6,7 +6,7 @@
  * Run: `npm run build && scripts/node dist/bench/apt-changelogs.js`.
  */
 import { randomBytes } from "node:crypto";
-import { AptPackageManager } from "../src/system/apt.js";
+import { AptPackageManager } from "../src/system/packages/apt.js";
 import {
   buildAptRepo,
   changelogEntry,

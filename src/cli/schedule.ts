@@ -1,4 +1,4 @@
-import type { ScheduleView } from "../system/schedule.js";
+import type { ScheduleView } from "../system/schedule/service.js";
 import { fs } from "../util/node-builtins.js";
 import { connect } from "./agent.js";
 import { type Command, type Invocation, UsageError, usageLine } from "./args.js";

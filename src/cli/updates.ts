@@ -1,4 +1,4 @@
-import { highestSeverity, type PackageUpdate } from "../system/package-manager.js";
+import { highestSeverity, type PackageUpdate } from "../system/packages/package-manager.js";
 import type { ApplyRecord, ApplyStatus, DownloadResult, SystemStatus } from "../system/schemas.js";
 import { plural } from "../util/text.js";
 import { type AgentClient, connect } from "./agent.js";

@@ -23,12 +23,12 @@ import { GATHER, RouteWriter } from "../proxy/writer.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
 import { generateWebhookSecret, loadOrCreateSecret } from "../store/secrets.js";
-import { ScheduleService } from "../system/schedule.js";
-import { ScheduleStore } from "../system/schedule-store.js";
-import { Scheduler } from "../system/scheduler.js";
-import { createPackageManager } from "../system/select.js";
+import { createPackageManager } from "../system/packages/select.js";
+import { RestartFinder } from "../system/restarts/services-restart.js";
+import { Scheduler } from "../system/schedule/scheduler.js";
+import { ScheduleService } from "../system/schedule/service.js";
+import { ScheduleStore } from "../system/schedule/store.js";
 import { SystemService } from "../system/service.js";
-import { RestartFinder } from "../system/services-restart.js";
 
 /** Every area's service, with the shared mechanisms and adapters they were given. */
 export interface Areas {

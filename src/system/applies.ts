@@ -1,8 +1,8 @@
 import type { Outbox } from "../events/outbox.js";
 import type { Db } from "../store/db.js";
 import { ApplyNotFoundError } from "./errors.js";
-import type { ApplyChanges, ApplyProgress, PackageUpdate, Recovery } from "./package-manager.js";
-import type { ServiceToRestart } from "./restart-scan.js";
+import type { ApplyChanges, ApplyProgress, PackageUpdate, Recovery } from "./packages/package-manager.js";
+import type { ServiceToRestart } from "./restarts/restart-scan.js";
 import type { ApplyRecord, ApplyState, ApplyStatus, RebootReport } from "./schemas.js";
 
 export interface ApplyRow {

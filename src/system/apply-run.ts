@@ -9,11 +9,11 @@ import {
 } from "./applies.js";
 import { ApplyFailedError, isSystemError } from "./errors.js";
 import type { PackageLock } from "./mutex.js";
-import type { ApplyProgress, PackageManager } from "./package-manager.js";
-import type { Reboots } from "./reboot.js";
-import type { ServiceToRestart } from "./restart-scan.js";
+import type { ApplyProgress, PackageManager } from "./packages/package-manager.js";
+import type { Reboots } from "./restarts/reboot.js";
+import type { ServiceToRestart } from "./restarts/restart-scan.js";
+import type { RestartFinder } from "./restarts/services-restart.js";
 import type { ApplyResult, ApplyStatus } from "./schemas.js";
-import type { RestartFinder } from "./services-restart.js";
 
 export interface ApplyRunOptions {
   store: ApplyStore;

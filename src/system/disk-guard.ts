@@ -3,7 +3,7 @@ import { promisify } from "node:util";
 import type { Logger } from "pino";
 import { fs } from "../util/node-builtins.js";
 import { InsufficientStorageError, type ShortFilesystem } from "./errors.js";
-import type { PackageManager, SpaceNeeded, StoragePaths, UpdateType } from "./package-manager.js";
+import type { PackageManager, SpaceNeeded, StoragePaths, UpdateType } from "./packages/package-manager.js";
 
 const stat = promisify(fs.stat);
 const statfs = promisify(fs.statfs);

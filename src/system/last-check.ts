@@ -1,5 +1,5 @@
 import type { Db } from "../store/db.js";
-import type { PackageManagerName } from "./package-manager.js";
+import type { PackageManagerName } from "./packages/package-manager.js";
 
 /** The last successful check-updates: when, and what it found. */
 export interface LastCheck {

@@ -14,8 +14,8 @@ import {
 } from "./apply-schemas.js";
 import { DownloadResultSchema, DownloadUpdatesRequestSchema, SystemStatusSchema } from "./check-schemas.js";
 import { ApplyHistoryQuerySchema, ApplyHistorySchema } from "./history-schemas.js";
-import { type ScheduleService, scheduleIssues } from "./schedule.js";
-import { ScheduleRequestSchema, ScheduleSchema } from "./schedule-schemas.js";
+import { ScheduleRequestSchema, ScheduleSchema } from "./schedule/schemas.js";
+import { type ScheduleService, scheduleIssues } from "./schedule/service.js";
 import { systemSharedSchemas } from "./schemas.js";
 import type { SystemService } from "./service.js";
 

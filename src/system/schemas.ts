@@ -21,7 +21,7 @@ import {
   ScheduleRunSchema,
   ScheduleSchema,
   WindowSchema,
-} from "./schedule-schemas.js";
+} from "./schedule/schemas.js";
 
 /*
  * The system area's schemas, registered with the app (in this order, the OpenAPI document's), and the

@@ -5,7 +5,6 @@ import { type Metrics, type PackageOperationOutcome, secondsSince } from "../met
 import type { Db } from "../store/db.js";
 import { ApplyStore, type ApplyTrigger } from "./applies.js";
 import { ApplyRun, type RebootWindow } from "./apply-run.js";
-import type { BootSources } from "./boot.js";
 import { DiskGuard } from "./disk-guard.js";
 import { ApplyFailedError, PackageManagerBusyError } from "./errors.js";
 import { type LastCheck, LastCheckStore } from "./last-check.js";
@@ -17,9 +16,11 @@ import {
   SEVERITIES,
   type Severity,
   type UpdateType,
-} from "./package-manager.js";
-import { type BootStatus, Reboots } from "./reboot.js";
-import type { ServiceToRestart } from "./restart-scan.js";
+} from "./packages/package-manager.js";
+import type { BootSources } from "./restarts/boot.js";
+import { type BootStatus, Reboots } from "./restarts/reboot.js";
+import type { ServiceToRestart } from "./restarts/restart-scan.js";
+import type { RestartFinder } from "./restarts/services-restart.js";
 import type {
   ApplyRecord,
   ApplyResult,
@@ -28,7 +29,6 @@ import type {
   Requester,
   SystemStatus,
 } from "./schemas.js";
-import type { RestartFinder } from "./services-restart.js";
 
 export interface SystemServiceOptions {
   db: Db;

@@ -3,13 +3,14 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { AptPackageManager } from "../../src/system/apt.js";
+import { Mutex } from "../../src/system/mutex.js";
+import { AptPackageManager } from "../../src/system/packages/apt.js";
 import {
   aptLockHolder,
   aptProgress,
   isSecurityOrigin,
   parseSimulation,
-} from "../../src/system/apt-output.js";
+} from "../../src/system/packages/apt-output.js";
 import {
   advisoryPackages,
   dnfCacheDir,
@@ -18,9 +19,8 @@ import {
   nevraKey,
   parseUpdateInfo,
   parseVersionLocks,
-} from "../../src/system/dnf-output.js";
-import { Mutex } from "../../src/system/mutex.js";
-import { detectPackageManager } from "../../src/system/select.js";
+} from "../../src/system/packages/dnf-output.js";
+import { detectPackageManager } from "../../src/system/packages/select.js";
 import { buildTestApp } from "../helpers/app.js";
 
 const ENV = {

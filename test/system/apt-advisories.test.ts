@@ -9,7 +9,7 @@ import {
   compareDebianVersions,
   parseChangelog,
   readDebChangelog,
-} from "../../src/system/apt-changelog.js";
+} from "../../src/system/packages/apt-changelog.js";
 import { CHILD_ENV, childEnv } from "../../src/util/child-env.js";
 import { buildTestApp } from "../helpers/app.js";
 import {

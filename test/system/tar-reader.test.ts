@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { TarReader } from "../../src/system/tar-reader.js";
+import { TarReader } from "../../src/system/packages/tar-reader.js";
 
 const BLOCK = 512;
 

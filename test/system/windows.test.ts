@@ -8,7 +8,7 @@ import {
   type Slot,
   slotsBetween,
   type Window,
-} from "../../src/system/windows.js";
+} from "../../src/system/schedule/windows.js";
 
 const at = (s: string) => Date.parse(s);
 const MINUTE = 60_000;

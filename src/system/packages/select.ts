@@ -1,10 +1,10 @@
 import { delimiter, join } from "node:path";
 import type { Logger } from "pino";
-import type { AppConfig } from "../settings.js";
-import { fs } from "../util/node-builtins.js";
+import type { AppConfig } from "../../settings.js";
+import { fs } from "../../util/node-builtins.js";
+import { CommandError } from "../errors.js";
 import { AptPackageManager } from "./apt.js";
 import { DnfPackageManager } from "./dnf.js";
-import { CommandError } from "./errors.js";
 import type { PackageManager } from "./package-manager.js";
 
 const { accessSync, constants, readFileSync } = fs;

@@ -1,6 +1,6 @@
 import { join } from "node:path";
-import { CHILD_ENV, type ChildEnv, childEnv } from "../util/child-env.js";
-import { fs } from "../util/node-builtins.js";
+import { CHILD_ENV, type ChildEnv, childEnv } from "../../util/child-env.js";
+import { fs } from "../../util/node-builtins.js";
 import { type CommandResult, commandFailed, lastLines, runCommand, runWaitingForLock } from "./command.js";
 import {
   advisoryPackages,

@@ -1,7 +1,7 @@
 import type { Static } from "@sinclair/typebox";
-import type { Db } from "../store/db.js";
-import type { SCHEDULE_RUN_STATES, ScheduleRequestSchema, ScheduleRunSchema } from "./schedule-schemas.js";
-import type { ApplyState } from "./schemas.js";
+import type { Db } from "../../store/db.js";
+import type { ApplyState } from "../schemas.js";
+import type { SCHEDULE_RUN_STATES, ScheduleRequestSchema, ScheduleRunSchema } from "./schemas.js";
 
 export type ScheduleRequest = Static<typeof ScheduleRequestSchema>;
 export type ScheduleRun = Static<typeof ScheduleRunSchema>;

@@ -1,6 +1,6 @@
 import { join } from "node:path";
-import type { Dirent } from "../util/node-builtins.js";
-import { fs } from "../util/node-builtins.js";
+import type { Dirent } from "../../util/node-builtins.js";
+import { fs } from "../../util/node-builtins.js";
 
 const { readdirSync, statSync } = fs;
 

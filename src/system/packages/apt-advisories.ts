@@ -1,8 +1,8 @@
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import type { ChildEnv } from "../util/child-env.js";
-import { fs } from "../util/node-builtins.js";
+import type { ChildEnv } from "../../util/child-env.js";
+import { fs } from "../../util/node-builtins.js";
 import { type ChangelogEntry, changelogAdvisories, readDebChangelog } from "./apt-changelog.js";
 import type { AptCommands } from "./apt-commands.js";
 import { aptErrorLines } from "./apt-output.js";

@@ -1,7 +1,7 @@
-import { type ChildEnv, spawnChild } from "../util/child-env.js";
-import { signalGroup } from "../util/processes.js";
-import { sleep } from "../util/timers.js";
-import { CommandError, type LockHolder, PackageManagerBusyError } from "./errors.js";
+import { type ChildEnv, spawnChild } from "../../util/child-env.js";
+import { signalGroup } from "../../util/processes.js";
+import { sleep } from "../../util/timers.js";
+import { CommandError, type LockHolder, PackageManagerBusyError } from "../errors.js";
 
 export interface CommandResult {
   code: number | null;

@@ -1,10 +1,10 @@
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import type { ChildEnv } from "../util/child-env.js";
-import { fs } from "../util/node-builtins.js";
+import type { ChildEnv } from "../../util/child-env.js";
+import { fs } from "../../util/node-builtins.js";
+import { CommandError } from "../errors.js";
 import { aptErrorLines, aptLockHolder, parseSimulation, type SimulatedUpgrade } from "./apt-output.js";
 import { type CommandResult, commandFailed, runCommand, runWaitingForLock } from "./command.js";
-import { CommandError } from "./errors.js";
 import { type InstalledPackage, packageKey } from "./package-manager.js";
 
 const { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } = fs;

@@ -1,5 +1,5 @@
-import { CHILD_ENV, type ChildEnv, childEnv } from "../util/child-env.js";
-import { commandFailed, lastLines, runCommand } from "./command.js";
+import { CHILD_ENV, type ChildEnv, childEnv } from "../../util/child-env.js";
+import { commandFailed, lastLines, runCommand } from "../packages/command.js";
 import { type ServiceToRestart, scanProcesses } from "./restart-scan.js";
 
 export interface RestartFinderOptions {

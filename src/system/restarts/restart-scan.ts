@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { fs } from "../util/node-builtins.js";
+import { fs } from "../../util/node-builtins.js";
 
 /* The agent's own scan for processes running replaced code: /proc/<pid>/maps, grouped by systemd unit. */
 

@@ -1,5 +1,5 @@
 import { Type } from "@sinclair/typebox";
-import { RefTo, StringEnum } from "../util/typebox.js";
+import { RefTo, StringEnum } from "../../util/typebox.js";
 import { WEEKDAYS } from "./windows.js";
 
 /* The schemas of the maintenance schedule: the windows the agent applies updates in, and its runs. */

@@ -1,12 +1,12 @@
 import { once } from "node:events";
 import type { Logger } from "pino";
-import type { Db } from "../store/db.js";
-import { CHILD_ENV, childEnv, spawnChild } from "../util/child-env.js";
-import { settledWithin } from "../util/timers.js";
-import { type ApplyRow, type ApplyStore, newRebootReport, rebootReportOf } from "./applies.js";
+import type { Db } from "../../store/db.js";
+import { CHILD_ENV, childEnv, spawnChild } from "../../util/child-env.js";
+import { settledWithin } from "../../util/timers.js";
+import { type ApplyRow, type ApplyStore, newRebootReport, rebootReportOf } from "../applies.js";
+import type { PackageManager } from "../packages/package-manager.js";
+import type { RebootReport } from "../schemas.js";
 import { type Boot, BootLog, type BootSources, currentBoot } from "./boot.js";
-import type { PackageManager } from "./package-manager.js";
-import type { RebootReport } from "./schemas.js";
 
 export interface RebootsOptions {
   db: Db;

@@ -1,6 +1,6 @@
 import { uptime } from "node:os";
-import type { Db } from "../store/db.js";
-import { fs } from "../util/node-builtins.js";
+import type { Db } from "../../store/db.js";
+import { fs } from "../../util/node-builtins.js";
 
 const { readFileSync } = fs;
 

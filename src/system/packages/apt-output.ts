@@ -1,5 +1,5 @@
+import type { LockHolder } from "../errors.js";
 import { type CommandResult, lastLines } from "./command.js";
-import type { LockHolder } from "./errors.js";
 import { type ApplyProgress, packageKey, progressCounter } from "./package-manager.js";
 
 /* What apt's programs print, read: simulations, lock and error messages, progress, configuration dumps. */

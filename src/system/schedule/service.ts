@@ -1,10 +1,10 @@
 import type { Static } from "@sinclair/typebox";
 import type { Logger } from "pino";
-import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
-import { ScheduleNotFoundError } from "./errors.js";
-import type { ScheduleSchema } from "./schedule-schemas.js";
-import type { ScheduleRequest, ScheduleStore, StoredSchedule } from "./schedule-store.js";
+import { type InputIssue, InvalidInputError } from "../../util/invalid-input.js";
+import { ScheduleNotFoundError } from "../errors.js";
 import type { Scheduler } from "./scheduler.js";
+import type { ScheduleSchema } from "./schemas.js";
+import type { ScheduleRequest, ScheduleStore, StoredSchedule } from "./store.js";
 import { isKnownTimeZone } from "./windows.js";
 
 export type ScheduleView = Static<typeof ScheduleSchema>;

@@ -1,6 +1,6 @@
 import type { Logger } from "pino";
-import { CHILD_ENV, childEnv } from "../util/child-env.js";
-import { fs } from "../util/node-builtins.js";
+import { CHILD_ENV, childEnv } from "../../util/child-env.js";
+import { fs } from "../../util/node-builtins.js";
 import { AptAdvisories } from "./apt-advisories.js";
 import { AptCommands } from "./apt-commands.js";
 import { aptProgress, parseAptSpace, type SimulatedUpgrade } from "./apt-output.js";

@@ -1,5 +1,5 @@
+import type { LockHolder } from "../errors.js";
 import { type CommandResult, lastLines } from "./command.js";
-import type { LockHolder } from "./errors.js";
 import {
   type Advisory,
   type AdvisoryType,

@@ -1,6 +1,6 @@
 import { dirname, join } from "node:path";
-import { fs } from "../util/node-builtins.js";
-import { plural } from "../util/text.js";
+import { fs } from "../../util/node-builtins.js";
+import { plural } from "../../util/text.js";
 import type { AptCommands } from "./apt-commands.js";
 import { aptListOption } from "./apt-output.js";
 import { lastLines } from "./command.js";

@@ -1,7 +1,7 @@
 import type { Logger } from "pino";
-import { Periodic } from "../util/periodic.js";
-import { INTERRUPTED, KEPT_RUNS, type ScheduleStore, type StoredSchedule } from "./schedule-store.js";
-import type { SystemService } from "./service.js";
+import { Periodic } from "../../util/periodic.js";
+import type { SystemService } from "../service.js";
+import { INTERRUPTED, KEPT_RUNS, type ScheduleStore, type StoredSchedule } from "./store.js";
 import { runTime, type Slot, slotsBetween } from "./windows.js";
 
 export interface SchedulerOptions {

@@ -1,6 +1,6 @@
 import { gunzipSync } from "node:zlib";
-import { type ChildEnv, spawnChild } from "../util/child-env.js";
-import { signalGroup } from "../util/processes.js";
+import { type ChildEnv, spawnChild } from "../../util/child-env.js";
+import { signalGroup } from "../../util/processes.js";
 import type { Advisory, Severity } from "./package-manager.js";
 import { TarReader } from "./tar-reader.js";
 
