@@ -5,6 +5,9 @@ import { auditMutations } from "./access/audit-trail.js";
 import { accessProblem } from "./access/problems.js";
 import { registerAccessRoutes } from "./access/routes.js";
 import type { TokenRegistry } from "./access/tokens.js";
+import { accessLogProblem } from "./access-logs/problems.js";
+import { registerAccessLogRoutes } from "./access-logs/routes.js";
+import type { AccessLogService } from "./access-logs/service.js";
 import { CaddyAdmin } from "./caddy/admin.js";
 import { certificatesProblem } from "./certificates/problems.js";
 import { registerCertificateRoutes } from "./certificates/routes.js";
@@ -39,8 +42,6 @@ import { registerOperatorRoutes } from "./operator/routes.js";
 import { operatorSharedSchemas } from "./operator/schemas.js";
 import type { OperatorService } from "./operator/service.js";
 import { operatorMigrations } from "./operator/store.js";
-import { registerAccessLogRoutes } from "./proxy/access-log-routes.js";
-import type { AccessLogService } from "./proxy/access-log-service.js";
 import type { RecordedChange } from "./proxy/journal.js";
 import { proxyProblem } from "./proxy/problems.js";
 import { hideSecretsFromReaders } from "./proxy/redaction-routes.js";
@@ -177,6 +178,7 @@ async function registerEdge(app: App, { access, audit }: Access, now: () => numb
     certificatesProblem,
     operatorProblem,
     accessProblem,
+    accessLogProblem,
   ]);
   answerExpectations(app, access.check);
   limitRequestBodies(app);

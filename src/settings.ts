@@ -1,5 +1,6 @@
 import { resolve } from "node:path";
 import { accessSettings } from "./access/settings.js";
+import { accessLogSettings } from "./access-logs/settings.js";
 import { checkIssuancePairs } from "./caddy/issuance-settings.js";
 import { certificateSettings } from "./certificates/settings.js";
 import {
@@ -14,7 +15,6 @@ import {
 import { eventSettings } from "./events/settings.js";
 import { checkListenerPairs, listenerSettings } from "./listener/settings.js";
 import { operatorSettings } from "./operator/settings.js";
-import { accessLogSettings } from "./proxy/access-log-settings.js";
 import { proxySettings } from "./proxy/settings.js";
 import { systemSettings } from "./system/settings.js";
 import { hostPort } from "./util/urls.js";

@@ -210,8 +210,8 @@ const IN_CADDYS_FOLDERS = [
   "src/certificates/caddy-copies.ts",
   "src/certificates/caddy-storage.ts",
   "src/certificates/obtain-errors.ts",
-  "src/proxy/access-log-files.ts",
-  "src/proxy/access-log-service.ts",
+  "src/access-logs/files.ts",
+  "src/access-logs/service.ts",
 ];
 
 /** What `fs` offers that takes a descriptor rather than a path. */

@@ -1,5 +1,8 @@
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { AccessLogKeeper } from "../access-logs/keeper.js";
+import { AccessLogService } from "../access-logs/service.js";
+import type { AccessLogFiles } from "../caddy/access-log-json.js";
 import type { CaddyAdmin } from "../caddy/admin.js";
 import { agentCaddyFields } from "../caddy/agent-fields.js";
 import { CaddyConfig } from "../caddy/config.js";
@@ -12,9 +15,6 @@ import { Outbox } from "../events/outbox.js";
 import { HealthService, type SupervisedCaddy } from "../health/service.js";
 import { Metrics } from "../metrics/metrics.js";
 import { OperatorService } from "../operator/service.js";
-import { AccessLogKeeper } from "../proxy/access-log-keeper.js";
-import { AccessLogService } from "../proxy/access-log-service.js";
-import type { AccessLogFiles } from "../proxy/access-logs.js";
 import { ChangeJournal, type RecordedChange } from "../proxy/journal.js";
 import { RouteService } from "../proxy/service.js";
 import { RouteChangeStore } from "../proxy/store.js";

@@ -1,5 +1,5 @@
+import { accessLogHandler } from "../caddy/access-log-json.js";
 import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
-import { accessLogHandler } from "./access-logs.js";
 import { normalizeDomain, parseDial } from "./domain.js";
 import type { RouteJson } from "./plan.js";
 import {

@@ -30,11 +30,6 @@ export class HostTakenError extends Error {
   }
 }
 
-/** The route exists but writes no access log (it was written without `access_log: true`). */
-export class AccessLogNotFoundError extends Error {
-  override readonly name = "AccessLogNotFoundError";
-}
-
 /** No write request makes the route Caddy holds: it was written by hand, or changed in Caddy since. */
 export class RouteNotWrittenError extends Error {
   override readonly name = "RouteNotWrittenError";

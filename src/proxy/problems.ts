@@ -2,7 +2,6 @@ import { ApiError } from "../http/errors.js";
 import { UnsafePathError } from "../util/shared-folder.js";
 import { withoutPaths } from "../util/without-paths.js";
 import {
-  AccessLogNotFoundError,
   ChangeNotFoundError,
   ChangeNotRecordedError,
   ChangeRejectedError,
@@ -30,7 +29,6 @@ export function proxyProblem(err: unknown): ApiError | undefined {
     return new ApiError("host_conflict", err.message, {
       extensions: { host: err.host, route_id: err.owner },
     });
-  if (err instanceof AccessLogNotFoundError) return new ApiError("access_log_not_found", err.message);
   if (err instanceof RouteNotWrittenError) return new ApiError("route_request_unknown", err.message);
   if (err instanceof OperatorRouteImmutableError)
     return new ApiError("operator_route_immutable", err.message);

@@ -1,5 +1,5 @@
+import { isAccessLogHandler } from "../caddy/access-log-json.js";
 import { canonicalJson } from "../util/canonical-json.js";
-import { isAccessLogHandler } from "./access-logs.js";
 import { DECOY_USER, isDecoyRoute } from "./basic-auth.js";
 import { buildRoute } from "./build-route.js";
 import type { RouteJson } from "./plan.js";

@@ -27,7 +27,7 @@ export function caddyLogConfig(path: string, roll: CaddyLogRoll): Record<string,
  * Caddy's default log is the rolled file (its own config, so it holds for an adopted Caddy too): set when
  * the config Caddy runs (autosaved by an earlier agent, or adopted) has another one. A config change only
  * when it differs, as it reloads Caddy. Only its writer and encoder are this function's: what else the
- * default log holds stays (the access logs' `exclude`, which src/proxy/caddy-access-logs.ts keeps).
+ * default log holds stays (the access logs' `exclude`, which src/caddy/access-log-config.ts keeps).
  */
 export async function prepareLogging(
   config: CaddyConfig,

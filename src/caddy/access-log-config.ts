@@ -1,5 +1,3 @@
-import { CaddyApiError } from "../caddy/admin.js";
-import type { CaddyConfig, ConfigKeys, Planned } from "../caddy/config.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import {
   ACCESS_LOG_PREFIX,
@@ -7,7 +5,9 @@ import {
   type AccessLogState,
   isOwnServerLogs,
   serverLogs,
-} from "./access-logs.js";
+} from "./access-log-json.js";
+import { CaddyApiError } from "./admin.js";
+import type { CaddyConfig, ConfigKeys, Planned } from "./config.js";
 
 type Json = Record<string, unknown>;
 

@@ -2,13 +2,13 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
+import { lastLines } from "../../src/access-logs/files.js";
 import { CaddyAdmin } from "../../src/caddy/admin.js";
-import { lastLines } from "../../src/proxy/access-log-files.js";
 import { embeddedEnv, readyz, TOKEN } from "../health/support.js";
 import { proxyExchange, sentAgainOnReset } from "../helpers/http.js";
 import { alive, caddyPid, request, startAgent } from "../helpers/serve.js";
 import { waitFor } from "../helpers/wait.js";
-import { cookieUpstream, write } from "./access-log-support.js";
+import { cookieUpstream, write } from "./support.js";
 
 test("with the embedded Caddy the logs are under <data dir>/caddy/access-logs, none in caddy.log, and survive a Caddy restart", async (t) => {
   const { env, dataDir, httpPort } = await embeddedEnv(t);

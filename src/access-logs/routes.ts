@@ -1,8 +1,8 @@
 import { Type } from "@sinclair/typebox";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
-import type { AccessLogService } from "./access-log-service.js";
-import { RouteIdParamsSchema } from "./schemas.js";
+import { RouteIdParamsSchema } from "../proxy/schemas.js";
+import type { AccessLogService } from "./service.js";
 
 const AccessLogQuerySchema = Type.Object(
   {

@@ -2,10 +2,10 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import { join } from "node:path";
 import { test } from "node:test";
-import { lastLines } from "../../src/proxy/access-log-files.js";
+import { lastLines } from "../../src/access-logs/files.js";
 import { proxyExchange } from "../helpers/http.js";
 import { waitFor } from "../helpers/wait.js";
-import { accessLogSetup, configWrites, cookieUpstream, write } from "./access-log-support.js";
+import { accessLogSetup, configWrites, cookieUpstream, write } from "./support.js";
 
 test("a burst of changes to routes that log costs one bringing in line; routes without a log cost nothing more", async (t) => {
   const s = await accessLogSetup(t);

@@ -3,8 +3,8 @@ import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { lastLines, routeIdOfFile, TAIL_MAX_BYTES, tailLines } from "../../src/proxy/access-log-files.js";
-import { accessLogFile, accessLoggerName } from "../../src/proxy/access-logs.js";
+import { lastLines, routeIdOfFile, TAIL_MAX_BYTES, tailLines } from "../../src/access-logs/files.js";
+import { accessLogFile, accessLoggerName } from "../../src/caddy/access-log-json.js";
 
 /* The files' side of the access logs, without Caddy: reading the newest lines backwards, and file names. */
 

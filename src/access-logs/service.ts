@@ -1,12 +1,12 @@
 import type { Logger } from "pino";
+import { type AccessLogFiles, accessLogFile, loggingOf } from "../caddy/access-log-json.js";
+import type { RouteService } from "../proxy/service.js";
+import type { RouteWriter } from "../proxy/writer.js";
 import { Periodic } from "../util/periodic.js";
 import { UnsafePathError } from "../util/shared-folder.js";
-import { removeStaleFiles, staleFiles, type Tail, tailLines } from "./access-log-files.js";
-import type { AccessLogKeeper } from "./access-log-keeper.js";
-import { type AccessLogFiles, accessLogFile, loggingOf } from "./access-logs.js";
 import { AccessLogNotFoundError } from "./errors.js";
-import type { RouteService } from "./service.js";
-import type { RouteWriter } from "./writer.js";
+import { removeStaleFiles, staleFiles, type Tail, tailLines } from "./files.js";
+import type { AccessLogKeeper } from "./keeper.js";
 
 export interface AccessLogServiceOptions {
   routes: RouteService;

@@ -3,11 +3,11 @@ import { readdirSync, readFileSync, statSync, utimesSync, writeFileSync } from "
 import http from "node:http";
 import { join } from "node:path";
 import { test } from "node:test";
-import { lastLines } from "../../src/proxy/access-log-files.js";
+import { lastLines } from "../../src/access-logs/files.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { waitFor } from "../helpers/wait.js";
-import { accessLogSetup, cookieUpstream, type Entry, write } from "./access-log-support.js";
+import { accessLogSetup, cookieUpstream, type Entry, write } from "./support.js";
 
 const SECRETS = [
   "Basic c2VjcmV0OnNlY3JldA==",

@@ -1,10 +1,10 @@
 import type { Logger } from "pino";
+import { CaddyAccessLogs } from "../caddy/access-log-config.js";
+import { type AccessLogFiles, accessLogState, loggingOf, loggingRoutesOf } from "../caddy/access-log-json.js";
 import type { CaddyAdmin } from "../caddy/admin.js";
 import { CaddyConfig, type ConfigKeys } from "../caddy/config.js";
-import { type AccessLogFiles, accessLogState, loggingOf, loggingRoutesOf } from "./access-logs.js";
-import { CaddyAccessLogs } from "./caddy-access-logs.js";
-import type { Op, RouteJson } from "./plan.js";
-import type { BatchHooks } from "./writer.js";
+import type { Op, RouteJson } from "../proxy/plan.js";
+import type { BatchHooks } from "../proxy/writer.js";
 
 /**
  * Keeps Caddy's access log config (the logs, the server's host map, the default log's exclude) in line with

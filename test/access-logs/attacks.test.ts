@@ -19,7 +19,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, type TestContext, test } from "node:test";
 import { capturedLogger } from "../helpers/logs.js";
-import { accessLogSetup, cookieUpstream, write } from "./access-log-support.js";
+import { accessLogSetup, cookieUpstream, write } from "./support.js";
 
 /*
  * The access log folder is Caddy's user's (the packaged Caddy writes it as hostkeeper-caddy): what that
