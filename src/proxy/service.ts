@@ -7,35 +7,25 @@ import { buildRoute } from "./build-route.js";
 import { type ConnectionSettings, conformCaddy } from "./conformance.js";
 import {
   ChangeNotFoundError,
-  ChangeNotRecordedError,
-  ChangeRejectedError,
-  HostTakenError,
+  changeError,
   OperatorDomainReservedError,
   OperatorRouteImmutableError,
   ProxyUnavailableError,
   RestoreConflictError,
-  RollbackFailedError,
   RouteExistsError,
   RouteIdMismatchError,
   RouteNotFoundError,
   RouteNotWrittenError,
 } from "./errors.js";
 import { type ChangeView, changeView, type RestoreResult, restoreConflict, restorePlan } from "./history.js";
-import {
-  type ChangeAbout,
-  type ChangeJournal,
-  failureText,
-  hostTakenText,
-  RecordedChange,
-  settledOutcome,
-} from "./journal.js";
+import { type ChangeAbout, type ChangeJournal, outcomeText, RecordedChange, recorded } from "./journal.js";
 import { operatorHostOf, requestFieldOf } from "./operator-host.js";
-import { type Op, opId, type RouteJson } from "./plan.js";
+import { isRefusal, type Op, opId, type Refusal, type RouteJson } from "./plan.js";
 import type { RouteWriteRequest } from "./schemas.js";
 import type { RouteChangeStore, SettledOutcome } from "./store.js";
 import { withStreamCloseDelay } from "./streams.js";
 import { dialsOf, type UpstreamCheck } from "./upstream-check.js";
-import type { ChangeResult, RouteWriter, WriteFailure } from "./writer.js";
+import type { ChangeResult, RouteWriter } from "./writer.js";
 import { writtenRequest } from "./written-request.js";
 
 /** Who asked for a change, recorded with it and sent in its events. */
@@ -66,14 +56,10 @@ interface ChangeOptions {
   /** For a restore: the change whose captured state it puts back. */
   restoredFrom?: number;
   /** The error when the route is not where the change needs it (404/409 of the plan), if not the usual. */
-  conflict?: (refusal: Refused) => Error;
+  conflict?: (refusal: Refusal) => Error;
 }
 
 const NO_REQUEST: ChangeContext = { requestId: null };
-
-type Refused = Extract<WriteFailure, { kind: "exists" | "not_found" | "host_taken" }>;
-const isRefusal = (f: WriteFailure): f is Refused =>
-  f.kind === "exists" || f.kind === "not_found" || f.kind === "host_taken";
 
 /** Runs a read of Caddy; Caddy unreachable or answering with an error is ProxyUnavailableError. */
 async function proxied<T>(read: () => Promise<T>): Promise<T> {
@@ -303,17 +289,17 @@ export class RouteService {
     };
     const change = new RecordedChange(delayed, about, callbackUrl ?? undefined);
     const result = await this.o.writer.submit(change);
-    const outcome = settledOutcome(result);
+    const outcome = recorded(result.outcome);
     // Counted here rather than with the record: a change Caddy was unreachable for fails before it has one.
     this.o.metrics?.routeChanges.inc({ operation, outcome });
     this.o.journal.settle(change, result);
     this.logChange(change, result, outcome, performance.now() - started);
     await this.o.journal.delivered(change);
-    if (!result.ok) {
-      if (conflict && isRefusal(result.failure)) throw conflict(result.failure);
-      throw changeFailed(result.failure, about.route_id, result.previous);
-    }
-    return { previous: result.previous, route: result.route, changeId: change.id };
+    const ended = result.outcome;
+    if (ended.kind === "applied")
+      return { previous: result.previous, route: ended.route, changeId: change.id };
+    if (conflict && isRefusal(ended)) throw conflict(ended);
+    throw changeError(ended, about.route_id, result.previous);
   }
 
   /**
@@ -322,7 +308,7 @@ export class RouteService {
    * the request to its outcome, and the request id the caller gave (or the agent generated).
    */
   private logChange(change: RecordedChange, result: ChangeResult, outcome: SettledOutcome, ms: number): void {
-    const error = failureText(result);
+    const error = outcomeText(result.outcome);
     const { op, about } = change;
     const fields = {
       operation: about.operation,
@@ -337,7 +323,7 @@ export class RouteService {
       ...(error === null ? {} : { error }),
     };
     const line = `route ${about.route_id}: ${about.operation} ${outcome}`;
-    if (result.ok || outcome === "refused") this.o.log.info(fields, line);
+    if (outcome === "applied" || outcome === "refused") this.o.log.info(fields, line);
     else this.o.log.warn(fields, line);
   }
 }
@@ -354,25 +340,4 @@ function refused(found: InputIssue[] | Promise<InputIssue[]>): Promise<void> | u
   if (!Array.isArray(found)) return found.then(refuse);
   refuse(found);
   return undefined;
-}
-
-/** The error a change that did not apply answers with. */
-function changeFailed(f: WriteFailure, id: string, previous: RouteJson | null): Error {
-  switch (f.kind) {
-    case "exists":
-      return new RouteExistsError(`a route with @id ${id} already exists in Caddy's config`);
-    case "not_found":
-      return new RouteNotFoundError(`the managed server has no route with @id ${id}`);
-    case "host_taken":
-      return new HostTakenError(hostTakenText(f.host, f.owner), f.host, f.owner);
-    case "unavailable":
-    case "rolled_back":
-      return new ProxyUnavailableError(f.message);
-    case "rejected":
-      return new ChangeRejectedError(f.message);
-    case "rollback_failed":
-      return new RollbackFailedError(f.message, previous);
-    case "capture_failed":
-      return new ChangeNotRecordedError(f.message);
-  }
 }

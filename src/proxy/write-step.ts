@@ -1,32 +1,14 @@
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import type { CaddyRoutes, RoutesState } from "./caddy-routes.js";
-import { type Op, type Plan, plan, type Refusal, type RouteJson } from "./plan.js";
+import { type ChangeEnd, type ChangeOutcome, type Op, type Plan, plan, type RouteJson } from "./plan.js";
 import { sameRoute } from "./streams.js";
-
-export type WriteFailure =
-  | { kind: "exists" | "not_found" }
-  /** Another route (`owner`, its @id or null) serves `host`. */
-  | { kind: "host_taken"; host: string; owner: string | null }
-  /** Caddy could not be reached; nothing was changed. */
-  | { kind: "unavailable"; message: string }
-  /** Caddy refused the new config and kept the old one. */
-  | { kind: "rejected"; message: string }
-  /** The change failed after Caddy may have changed, and the captured state was put back. */
-  | { kind: "rolled_back"; message: string }
-  /** The change failed and putting the captured state back failed too. */
-  | { kind: "rollback_failed"; message: string }
-  /** Capturing the state it replaces failed, so the change was dropped before Caddy was touched. */
-  | { kind: "capture_failed"; message: string };
 
 /**
  * How a change ended. `batchSize`: how many changes went to Caddy in the same config write as this one
  * (the last write that carried it), 0 when it never reached Caddy (a 404/409, Caddy unreachable).
  */
-export type ChangeResult = (
-  | { ok: true; previous: RouteJson | null; route: RouteJson | null }
-  | { ok: false; previous: RouteJson | null; failure: WriteFailure }
-) & { batchSize: number };
+export type ChangeResult = ChangeEnd & { batchSize: number };
 
 /** What the writer needs of a change: the operation. The journal's changes carry their record besides. */
 export interface WriterChange {
@@ -94,7 +76,7 @@ export class WriteSteps<C extends WriterChange> {
       );
     } catch (err) {
       this.caddy.forget();
-      for (const p of changes) answer(p, { ok: false, previous: p.previous, failure: failureOf(err) });
+      for (const p of changes) answer(p, { outcome: failureOf(err), previous: p.previous });
       return [];
     }
     const { state } = known;
@@ -106,7 +88,7 @@ export class WriteSteps<C extends WriterChange> {
     );
     // A 404 or 409, or a change that changes nothing, never reaches Caddy, so no If-Match would catch a
     // stale cache: confirm it on a fresh read.
-    if (known.cached && (first.outcomes.some((o) => !o.ok) || changesNothing(first))) {
+    if (known.cached && (first.outcomes.some((o) => o.outcome.kind !== "applied") || changesNothing(first))) {
       this.caddy.forget();
       return [{ changes, mayRetry }];
     }
@@ -114,7 +96,7 @@ export class WriteSteps<C extends WriterChange> {
     // Every reload closes idle keep-alive connections (and, without stream_close_delay, streams): a
     // change that leaves every route as Caddy holds it is answered without one.
     if (p.applied.length === 0 || changesNothing(p)) {
-      settle(live, p);
+      answerAll(live, p);
       return [];
     }
     return this.write(live, p, state, mayRetry);
@@ -154,7 +136,7 @@ export class WriteSteps<C extends WriterChange> {
         // Verified by Caddy's answer (see CaddyRoutes.written).
         this.caddy.written(p);
         this.wrote = true;
-        settle(live, p);
+        answerAll(live, p);
         return [];
     }
   }
@@ -176,17 +158,16 @@ export class WriteSteps<C extends WriterChange> {
     for (let p = first; ; ) {
       const dropped: Pending<C>[] = [];
       live.forEach((pending, i) => {
-        const outcome = p.outcomes[i];
-        pending.previous = outcome?.ok ? outcome.previous : null;
-        if (!outcome?.ok) return;
+        const end = p.outcomes[i];
+        pending.previous = end?.previous ?? null;
+        if (end?.outcome.kind !== "applied") return;
         try {
-          this.journal.capture(pending.change, outcome.previous);
+          this.journal.capture(pending.change, end.previous);
         } catch (err) {
           dropped.push(pending);
           answer(pending, {
-            ok: false,
-            previous: outcome.previous,
-            failure: { kind: "capture_failed", message: (err as Error).message },
+            outcome: { kind: "capture_failed", message: (err as Error).message },
+            previous: end.previous,
           });
         }
       });
@@ -202,7 +183,7 @@ export class WriteSteps<C extends WriterChange> {
   }
 
   /** Puts the captured routes back after a change failed; the failure says whether that worked. */
-  private async restore(before: RoutesState, why: string): Promise<WriteFailure> {
+  private async restore(before: RoutesState, why: string): Promise<ChangeOutcome> {
     this.log.warn({ why }, "route change failed; restoring the captured state");
     try {
       await this.caddy.restore(before);
@@ -217,35 +198,24 @@ export class WriteSteps<C extends WriterChange> {
   }
 }
 
-/** A result as the steps produce it; `answer` adds the batch size. */
-type Answer = DistributiveOmit<ChangeResult, "batchSize">;
-type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
-
-function answer<C extends WriterChange>(pending: Pending<C>, r: Answer): void {
-  pending.answer({ ...r, batchSize: pending.batchSize });
+function answer<C extends WriterChange>(pending: Pending<C>, end: ChangeEnd): void {
+  pending.answer({ ...end, batchSize: pending.batchSize });
 }
 
-/** A planned 404/409 as the change's failure. */
-const refusal = (r: Refusal): WriteFailure =>
-  r.reason === "host_taken" ? { kind: "host_taken", host: r.host, owner: r.owner } : { kind: r.reason };
-
-/** Every change gets its planned outcome. */
-function settle<C extends WriterChange>(live: Pending<C>[], p: Plan): void {
+/** Every change gets its planned end. */
+function answerAll<C extends WriterChange>(live: Pending<C>[], p: Plan): void {
   live.forEach((pending, i) => {
-    const o = p.outcomes[i];
-    if (!o) return;
-    if (o.ok) answer(pending, { ok: true, previous: o.previous, route: o.route });
-    else answer(pending, { ok: false, previous: null, failure: refusal(o) });
+    const end = p.outcomes[i];
+    if (end) answer(pending, end);
   });
 }
 
-/** The applied changes fail with `failure`; the others keep their planned 404/409. */
-function failApplied<C extends WriterChange>(live: Pending<C>[], p: Plan, failure: WriteFailure): void {
+/** The applied changes end in `failure`; the others keep their planned 404/409. */
+function failApplied<C extends WriterChange>(live: Pending<C>[], p: Plan, failure: ChangeOutcome): void {
   live.forEach((pending, i) => {
-    const o = p.outcomes[i];
-    if (!o) return;
-    if (o.ok) answer(pending, { ok: false, previous: o.previous, failure });
-    else answer(pending, { ok: false, previous: null, failure: refusal(o) });
+    const end = p.outcomes[i];
+    if (end)
+      answer(pending, end.outcome.kind === "applied" ? { outcome: failure, previous: end.previous } : end);
   });
 }
 
@@ -266,13 +236,18 @@ function changesNothing(p: Plan): boolean {
     p.applied.length > 0 &&
     p.applied.every(({ index, op }) => {
       const o = p.outcomes[index];
-      return op.kind !== "delete" && o?.ok === true && o.previous !== null && sameRoute(o.previous, o.route);
+      return (
+        op.kind !== "delete" &&
+        o?.outcome.kind === "applied" &&
+        o.previous !== null &&
+        sameRoute(o.previous, o.outcome.route)
+      );
     })
   );
 }
 
 /** A read that failed before anything was written: Caddy unreachable, or answering with an error. */
-function failureOf(err: unknown): WriteFailure {
+function failureOf(err: unknown): ChangeOutcome {
   if (err instanceof CaddyUnavailableError) return { kind: "unavailable", message: err.message };
   if (err instanceof CaddyApiError)
     return { kind: "unavailable", message: `Caddy answered ${err.status}: ${err.message}` };

@@ -15,7 +15,7 @@ import {
   WriteSteps,
 } from "./write-step.js";
 
-export type { ChangeResult, WriteFailure, WriterChange } from "./write-step.js";
+export type { ChangeResult, WriterChange } from "./write-step.js";
 
 /**
  * The first change of a batch waits at most 10% of what the last write took from its arrival (140 ms at
@@ -249,8 +249,8 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     } catch (err) {
       this.opts.log.error({ err }, "route writer failed unexpectedly");
       this.caddy.forget();
-      const failure = { kind: "unavailable" as const, message: (err as Error).message };
-      for (const p of batch) p.answer({ ok: false, previous: p.previous, failure, batchSize: p.batchSize });
+      const outcome = { kind: "unavailable" as const, message: (err as Error).message };
+      for (const p of batch) p.answer({ outcome, previous: p.previous, batchSize: p.batchSize });
     }
   }
 
@@ -268,11 +268,11 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     } catch (err) {
       this.opts.log.warn({ err }, "could not prepare Caddy's config for the batch's access logs");
       this.followUpDue = true;
-      const failure =
+      const outcome =
         err instanceof CaddyApiError
           ? { kind: "rejected" as const, message: err.message }
           : { kind: "unavailable" as const, message: (err as Error).message };
-      for (const p of needing) p.answer({ ok: false, previous: null, failure, batchSize: 0 });
+      for (const p of needing) p.answer({ outcome, previous: null, batchSize: 0 });
       return batch.filter((p) => !needing.includes(p));
     }
   }

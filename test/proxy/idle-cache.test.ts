@@ -27,7 +27,7 @@ test("routes kept compressed while the agent is idle serve the next change witho
     journal: { capture: () => {} },
   });
   const first = await writer.submit({ op: { kind: "create", route: route("a.idle.test") } });
-  assert.equal(first.ok, true);
+  assert.equal(first.outcome.kind, "applied");
   await writer.whenIdle();
   // The routes read after that change were parsed, kept 50 ms, and are now held compressed.
   const cache = () => (writer as unknown as { caddy: { cache: { held?: object } } }).caddy.cache.held;
@@ -40,8 +40,8 @@ test("routes kept compressed while the agent is idle serve the next change witho
   const reads = () => caddyMetric(caddy.admin, "caddy_admin_http_requests_total", { method: "GET" });
   const before = await reads();
   const deleted = await writer.submit({ op: { kind: "delete", id: "load5.idle.test" } });
-  assert.equal(deleted.ok, true);
-  assert.deepEqual(deleted.ok && deleted.previous, loaded[5]);
+  assert.equal(deleted.outcome.kind, "applied");
+  assert.deepEqual(deleted.outcome.kind === "applied" && deleted.previous, loaded[5]);
   await writer.whenIdle();
   // GETs: the /metrics read of this line itself.
   assert.equal((await reads()) - before, 1);
