@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { CaddyAdmin } from "../caddy/admin.js";
+import { CaddyConfigFields } from "../caddy/config-fields.js";
 import { embeddedCaddyFiles } from "../caddy/files.js";
 import { CaddyTlsConfig } from "../certificates/caddy-tls.js";
 import { CustomCertificateStore } from "../certificates/custom-store.js";
@@ -13,8 +14,10 @@ import { OperatorService } from "../operator/service.js";
 import { AccessLogKeeper } from "../proxy/access-log-keeper.js";
 import { AccessLogService } from "../proxy/access-log-service.js";
 import type { AccessLogFiles } from "../proxy/access-logs.js";
+import { CachedRoutes } from "../proxy/cached-routes.js";
 import { agentCaddyFields } from "../proxy/caddy-fields.js";
-import { ChangeJournal, type RecordedChange } from "../proxy/journal.js";
+import { CaddyRoutes, type RoutesStore } from "../proxy/caddy-routes.js";
+import { ChangeJournal } from "../proxy/journal.js";
 import { RouteService } from "../proxy/service.js";
 import type { CaddyAdminAddress } from "../proxy/settings.js";
 import { RouteChangeStore } from "../proxy/store.js";
@@ -34,7 +37,7 @@ export interface Areas {
   deny: DenyList;
   outbox: Outbox;
   caddyAdmin: CaddyAdmin;
-  writer: RouteWriter<RecordedChange>;
+  writer: RouteWriter;
   routes: RouteService;
   certificates: CertificateService;
   accessLogs: AccessLogService;
@@ -52,7 +55,7 @@ export function buildAreas(
   config: AppConfig,
   db: Db,
   logger: Logger,
-  caddy: { address: CaddyAdminAddress; embedded: SupervisedCaddy | undefined },
+  caddy: { address: CaddyAdminAddress; embedded: SupervisedCaddy | undefined; plainRoutes?: boolean },
   now: () => number,
 ): Areas {
   const { agent, events, proxy } = config;
@@ -71,17 +74,17 @@ export function buildAreas(
   });
   metrics.readOutboxStates(() => outbox.countByState());
   const caddyAdmin = new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs, metrics);
-  const { writer, routes, accessLogs } = buildRoutes(config, db, logger, {
+  const { caddyRoutes, writer, routes, accessLogs } = buildRoutes(config, db, logger, {
     metrics,
     outbox,
     caddyAdmin,
-    embedded: embeddedCaddy !== undefined,
+    caddy,
   });
   const certificates = new CertificateService({
     // Its own client, not counted: the admin API's metrics are those of the requests made for routes.
     tls: new CaddyTlsConfig(new CaddyAdmin(caddyAddress, proxy.caddyTimeoutMs)),
     store: new CustomCertificateStore(agent.dataDir),
-    routesText: () => writer.routesText(),
+    routesText: () => caddyRoutes.text(),
     caddyDataDir: embeddedCaddy
       ? embeddedCaddyFiles(agent.dataDir).dataHome
       : config.certificates.caddyDataDir,
@@ -147,17 +150,21 @@ function accessLogFiles(config: AppConfig, embedded: boolean): AccessLogFiles | 
 }
 
 /**
- * The routes area: its store, the journal of changes, the one writer of Caddy's routes (keeping the access
- * logs in line around its batches), the service, and the access logs' own service.
+ * The routes area: Caddy's routes (read for every change, or `CachedRoutes` keeping what it learnt), its
+ * store, the journal of changes, the one writer of Caddy's routes (keeping the access logs in line around
+ * its batches), the service, and the access logs' own service.
  */
 function buildRoutes(
   config: AppConfig,
   db: Db,
   logger: Logger,
-  o: Shared & { caddyAdmin: CaddyAdmin; embedded: boolean },
+  o: Shared & {
+    caddyAdmin: CaddyAdmin;
+    caddy: { embedded: SupervisedCaddy | undefined; plainRoutes?: boolean };
+  },
 ) {
   const { events, proxy } = config;
-  const files = accessLogFiles(config, o.embedded);
+  const files = accessLogFiles(config, o.caddy.embedded !== undefined);
   const accessLog = logger.child({ component: "access-logs" });
   const keeper = new AccessLogKeeper(o.caddyAdmin, proxy.caddyServer, files, accessLog);
   const store = new RouteChangeStore(db);
@@ -167,19 +174,23 @@ function buildRoutes(
     firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
   });
   const fields = agentCaddyFields(proxy);
-  const writer = new RouteWriter<RecordedChange>(o.caddyAdmin, {
+  const writerLog = logger.child({ component: "route-writer" });
+  const where = { server: proxy.caddyServer, listen: proxy.caddyListen, fields, log: writerLog };
+  const caddyRoutes: RoutesStore = o.caddy.plainRoutes
+    ? new CaddyRoutes(o.caddyAdmin, where)
+    : new CachedRoutes(o.caddyAdmin, where);
+  const writer = new RouteWriter(caddyRoutes, {
     journal,
+    config: new CaddyConfigFields(o.caddyAdmin),
     metrics: o.metrics,
-    server: proxy.caddyServer,
-    listen: proxy.caddyListen,
     gather: { ...GATHER, maxMs: proxy.routeGatherMaxMs },
-    fields,
     hooks: keeper,
-    log: logger.child({ component: "route-writer" }),
+    log: writerLog,
   });
   const routes = new RouteService({
     metrics: o.metrics,
     writer,
+    routes: caddyRoutes,
     journal,
     store,
     operatorRouteId: proxy.operatorDomain,
@@ -203,7 +214,7 @@ function buildRoutes(
     keepDays: config.accessLogs.accessLogKeepDays,
     log: accessLog,
   });
-  return { writer, routes, accessLogs };
+  return { caddyRoutes, writer, routes, accessLogs };
 }
 
 /** The package updates area, on the package manager the settings (or the host) select. */

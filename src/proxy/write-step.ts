@@ -1,41 +1,26 @@
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
-import type { CaddyRoutes, RoutesState } from "./caddy-routes.js";
-import { type ChangeEnd, type ChangeOutcome, type Op, type Plan, plan, type RouteJson } from "./plan.js";
+import type { RoutesState, RoutesStore } from "./caddy-routes.js";
+import type { ChangeJournal, RecordedChange } from "./journal.js";
+import { type ChangeEnd, type ChangeOutcome, opId, type Plan, plan, type RouteJson } from "./plan.js";
 import { sameRoute } from "./streams.js";
 
-/**
- * How a change ended. `batchSize`: how many changes went to Caddy in the same config write as this one
- * (the last write that carried it), 0 when it never reached Caddy (a 404/409, Caddy unreachable).
- */
-export type ChangeResult = ChangeEnd & { batchSize: number };
-
-/** What the writer needs of a change: the operation. The journal's changes carry their record besides. */
-export interface WriterChange {
-  readonly op: Op;
-}
-
-/**
- * Records the state a change replaces before Caddy is touched. Called for every change a plan will apply,
- * again for a change planned anew (see `WriteSteps.run`); a throw drops that change alone.
- */
-export interface Capture<C extends WriterChange> {
-  capture(change: C, previous: RouteJson | null): void;
-}
-
-/** A queued change and how it is answered. */
-export interface Pending<C extends WriterChange> {
-  change: C;
-  answer: (r: ChangeResult) => void;
+/** A queued change and how it is answered (see `RouteWriter.submit`). */
+export interface Pending {
+  change: RecordedChange;
+  /** Records how the change ended and hands the answer to whoever submitted it; only the first call counts. */
+  answer: (end: ChangeEnd) => void;
+  /** How many changes went to Caddy in the write that last carried this one; 0 when none did. */
   batchSize: number;
+  /** The state it replaces, as last planned. */
   previous: RouteJson | null;
   /** When the writer got it (performance.now()). */
   arrivedAt: number;
 }
 
 /** Changes taken to Caddy together, and whether an If-Match failure may still re-read and re-apply them. */
-interface Step<C extends WriterChange> {
-  changes: Pending<C>[];
+interface Step {
+  changes: Pending[];
   mayRetry: boolean;
 }
 
@@ -44,39 +29,40 @@ interface Step<C extends WriterChange> {
  * that cannot answer its changes yet puts them back at the front: to plan them again on a fresh read (the
  * cached routes may be stale, or If-Match failed), or as two halves when Caddy refused them together, so
  * each half is answered before the next step starts. Every step plans its changes against what Caddy holds
- * and captures, before writing, the state each applied change replaces (see `captureAll`).
+ * and captures, through the journal, the state each applied change replaces before writing (see
+ * `captureAll`); each change's answer records how it ended (see `Pending.answer`).
  */
-export class WriteSteps<C extends WriterChange> {
+export class WriteSteps {
   private wrote = false;
+  /** Whether Caddy's config holds each id asked about in this batch: asked once per batch (see `elsewhere`). */
+  private readonly inUse = new Map<string, boolean>();
 
   constructor(
-    private readonly caddy: CaddyRoutes,
-    private readonly journal: Capture<C>,
+    private readonly routes: RoutesStore,
+    private readonly journal: Pick<ChangeJournal, "capture">,
     private readonly log: Logger,
   ) {}
 
   /** Answers every change of `batch`; true when it wrote to Caddy (the routes' new ETag is then still to be known). */
-  async run(batch: Pending<C>[]): Promise<boolean> {
+  async run(batch: Pending[]): Promise<boolean> {
     this.wrote = false;
-    const steps: Step<C>[] = [{ changes: batch, mayRetry: true }];
+    this.inUse.clear();
+    const steps: Step[] = [{ changes: batch, mayRetry: true }];
     for (let step = steps.shift(); step !== undefined; step = steps.shift())
       steps.unshift(...(await this.step(step)));
     return this.wrote;
   }
 
   /** One step; returns the steps it leaves to do (none once its changes are answered). */
-  private async step({ changes, mayRetry }: Step<C>): Promise<Step<C>[]> {
+  private async step({ changes, mayRetry }: Step): Promise<Step[]> {
     let known: { state: RoutesState; cached: boolean };
     let elsewhere: Set<string>;
     try {
-      known = await this.caddy.current();
-      elsewhere = await this.caddy.idsElsewhere(
-        changes.map((x) => x.change.op),
-        known.state,
-      );
+      known = await this.routes.current();
+      elsewhere = await this.elsewhere(changes, known.state);
     } catch (err) {
-      this.caddy.forget();
-      for (const p of changes) answer(p, { outcome: failureOf(err), previous: p.previous });
+      this.routes.forget();
+      for (const p of changes) p.answer({ outcome: failureOf(err), previous: p.previous });
       return [];
     }
     const { state } = known;
@@ -89,7 +75,7 @@ export class WriteSteps<C extends WriterChange> {
     // A 404 or 409, or a change that changes nothing, never reaches Caddy, so no If-Match would catch a
     // stale cache: confirm it on a fresh read.
     if (known.cached && (first.outcomes.some((o) => o.outcome.kind !== "applied") || changesNothing(first))) {
-      this.caddy.forget();
+      this.routes.forget();
       return [{ changes, mayRetry }];
     }
     const { live, p } = this.captureAll(changes, state, elsewhere, first);
@@ -102,18 +88,28 @@ export class WriteSteps<C extends WriterChange> {
     return this.write(live, p, state, mayRetry);
   }
 
+  /**
+   * The ids the changes' creates would take that Caddy's config holds outside the routes `state` holds: ids
+   * are global in Caddy, so one used by another server or app refuses the create (409). Caddy is asked about
+   * each id once per batch, and only about ids the routes do not answer for.
+   */
+  private async elsewhere(changes: Pending[], state: RoutesState): Promise<Set<string>> {
+    const created = changes.flatMap(({ change: { op } }) => (op.kind === "create" ? [opId(op)] : []));
+    const ask = [...new Set(created)].filter((id) => !state.index.first.has(id) && !this.inUse.has(id));
+    if (ask.length > 0) {
+      const found = await this.routes.idsInUse(ask);
+      for (const id of ask) this.inUse.set(id, found.has(id));
+    }
+    return new Set(created.filter((id) => this.inUse.get(id) === true));
+  }
+
   /** Writes a captured plan and answers its changes, or says what is left to do. */
-  private async write(
-    live: Pending<C>[],
-    p: Plan,
-    state: RoutesState,
-    mayRetry: boolean,
-  ): Promise<Step<C>[]> {
+  private async write(live: Pending[], p: Plan, state: RoutesState, mayRetry: boolean): Promise<Step[]> {
     for (const a of p.applied) {
       const pending = live[a.index];
       if (pending) pending.batchSize = p.applied.length;
     }
-    const written = await this.caddy.write(state, p);
+    const written = await this.routes.write(state, p);
     switch (written.kind) {
       case "stale":
         if (mayRetry) return [{ changes: live, mayRetry: false }];
@@ -122,19 +118,17 @@ export class WriteSteps<C extends WriterChange> {
           message: "Caddy's config kept changing under the agent (If-Match failed twice)",
         });
         return [];
-      case "refused":
+      case "rejected":
         if (p.applied.length > 1) return halves(live, p).map((h) => ({ changes: h, mayRetry: true }));
-        failApplied(live, p, { kind: "rejected", message: written.message });
+        failApplied(live, p, written);
         return [];
-      case "not_sent":
-        failApplied(live, p, { kind: "unavailable", message: written.message });
+      case "unavailable":
+        failApplied(live, p, written);
         return [];
       case "uncertain":
         failApplied(live, p, await this.restore(state, `the change did not complete: ${written.message}`));
         return [];
       case "written":
-        // Verified by Caddy's answer (see CaddyRoutes.written).
-        this.caddy.written(p);
         this.wrote = true;
         answerAll(live, p);
         return [];
@@ -149,14 +143,14 @@ export class WriteSteps<C extends WriterChange> {
    * one it captured before; its outcome and `route_change` follow once it is answered, whatever step that is.
    */
   private captureAll(
-    changes: Pending<C>[],
+    changes: Pending[],
     state: RoutesState,
     elsewhere: Set<string>,
     first: Plan,
-  ): { live: Pending<C>[]; p: Plan } {
+  ): { live: Pending[]; p: Plan } {
     let live = changes;
     for (let p = first; ; ) {
-      const dropped: Pending<C>[] = [];
+      const dropped: Pending[] = [];
       live.forEach((pending, i) => {
         const end = p.outcomes[i];
         pending.previous = end?.previous ?? null;
@@ -165,7 +159,7 @@ export class WriteSteps<C extends WriterChange> {
           this.journal.capture(pending.change, end.previous);
         } catch (err) {
           dropped.push(pending);
-          answer(pending, {
+          pending.answer({
             outcome: { kind: "capture_failed", message: (err as Error).message },
             previous: end.previous,
           });
@@ -186,7 +180,7 @@ export class WriteSteps<C extends WriterChange> {
   private async restore(before: RoutesState, why: string): Promise<ChangeOutcome> {
     this.log.warn({ why }, "route change failed; restoring the captured state");
     try {
-      await this.caddy.restore(before);
+      await this.routes.restore(before);
       return { kind: "rolled_back", message: `${why}; the previous routes were restored` };
     } catch (err) {
       this.log.error({ err, why }, "restoring the captured routes failed");
@@ -198,24 +192,20 @@ export class WriteSteps<C extends WriterChange> {
   }
 }
 
-function answer<C extends WriterChange>(pending: Pending<C>, end: ChangeEnd): void {
-  pending.answer({ ...end, batchSize: pending.batchSize });
-}
-
 /** Every change gets its planned end. */
-function answerAll<C extends WriterChange>(live: Pending<C>[], p: Plan): void {
+function answerAll(live: Pending[], p: Plan): void {
   live.forEach((pending, i) => {
     const end = p.outcomes[i];
-    if (end) answer(pending, end);
+    if (end) pending.answer(end);
   });
 }
 
 /** The applied changes end in `failure`; the others keep their planned 404/409. */
-function failApplied<C extends WriterChange>(live: Pending<C>[], p: Plan, failure: ChangeOutcome): void {
+function failApplied(live: Pending[], p: Plan, failure: ChangeOutcome): void {
   live.forEach((pending, i) => {
     const end = p.outcomes[i];
     if (end)
-      answer(pending, end.outcome.kind === "applied" ? { outcome: failure, previous: end.previous } : end);
+      pending.answer(end.outcome.kind === "applied" ? { outcome: failure, previous: end.previous } : end);
   });
 }
 
@@ -223,7 +213,7 @@ function failApplied<C extends WriterChange>(live: Pending<C>[], p: Plan, failur
  * Splits a batch Caddy refused in two, so only the changes it refuses on their own fail. Changes that did
  * not apply (404/409) are re-planned with their neighbours: the cut falls between applied ones.
  */
-function halves<C extends WriterChange>(live: Pending<C>[], p: Plan): [Pending<C>[], Pending<C>[]] {
+function halves(live: Pending[], p: Plan): [Pending[], Pending[]] {
   const appliedIdx = new Set(p.applied.map((a) => a.index));
   const positions = live.map((_, i) => i).filter((i) => appliedIdx.has(i));
   const cut = positions[Math.floor(positions.length / 2)] ?? Math.ceil(live.length / 2);
