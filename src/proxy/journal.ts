@@ -89,8 +89,8 @@ export interface JournalOptions {
 /**
  * The record of every route change and the events it sends: the state it replaces and its `route_backup`,
  * written in one transaction before Caddy is touched (`capture`); its outcome and `route_change`, in one
- * transaction once it ended (`settle`); the writer calls both. Both events carry
- * the route's ordering key for the receiver, so the outbox delivers the backup first.
+ * transaction once it ended (`settle`); the writer calls both. Both events carry the route's ordering key
+ * for the receiver, so the outbox delivers the backup first.
  */
 export class ChangeJournal {
   /** Changes of this process not yet settled: a pending record not here was cut short by a stop of the agent. */
