@@ -1,4 +1,5 @@
 import type { Readable } from "node:stream";
+import type { Logger } from "pino";
 import type { CaddyAdmin } from "../caddy/admin.js";
 import { caddyEtag } from "../caddy/etag.js";
 import { lastLoad } from "../caddy/last-load.js";
@@ -14,6 +15,13 @@ import { opId, type Plan, type RouteJson } from "./plan.js";
 import { RoutePositions } from "./route-positions.js";
 import { PARSED_KEPT_MS, RoutesCache } from "./routes-cache.js";
 import { RoutesSnapshot } from "./routes-snapshot.js";
+
+export interface CachedRoutesOptions extends CaddyRoutesOptions {
+  /** How long routes parsed for the next change are kept (PARSED_KEPT_MS); tests shorten it. */
+  parsedKeptMs?: number;
+  /** Told when a computed ETag proved not to be Caddy's (the store then reads the ETag after each write). */
+  log?: Pick<Logger, "warn">;
+}
 
 /**
  * The routes store for thousands of routes: `CaddyRoutes` with what it learnt kept between calls. The
@@ -47,7 +55,7 @@ export class CachedRoutes implements RoutesStore {
 
   constructor(
     private readonly admin: CaddyAdmin,
-    private readonly opts: CaddyRoutesOptions,
+    private readonly opts: CachedRoutesOptions,
   ) {
     this.caddy = new CaddyRoutes(admin, opts);
     this.routesPath = `/config/apps/http/servers/${opts.server}/routes`;

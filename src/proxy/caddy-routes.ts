@@ -1,5 +1,4 @@
 import type { Readable } from "node:stream";
-import type { Logger } from "pino";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText, JsonPieces } from "../caddy/admin.js";
 import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
 import { goJsonPieces } from "../caddy/etag.js";
@@ -74,10 +73,6 @@ export interface CaddyRoutesOptions {
    * managed server is created, and carried by what the creation makes.
    */
   fields?: readonly ConfigField[];
-  /** How long routes parsed for the next change are kept (cached-routes.ts); tests shorten it. */
-  parsedKeptMs?: number;
-  /** Told when a computed ETag proved not to be Caddy's (cached-routes.ts). */
-  log?: Pick<Logger, "warn">;
 }
 
 /** Connection errors that prove the request never reached Caddy. */
