@@ -34,8 +34,8 @@ interface Step {
  */
 export class WriteSteps {
   private wrote = false;
-  /** Whether Caddy's config holds each id asked about in this batch: asked once per batch (see `elsewhere`). */
-  private readonly inUse = new Map<string, boolean>();
+  /** Caddy's answer about each id asked for the batch under way or gathering: each is asked once per batch. */
+  private readonly inUse = new Map<string, Promise<Set<string>>>();
 
   constructor(
     private readonly routes: RoutesStore,
@@ -46,11 +46,22 @@ export class WriteSteps {
   /** Answers every change of `batch`; true when it wrote to Caddy (the routes' new ETag is then still to be known). */
   async run(batch: Pending[]): Promise<boolean> {
     this.wrote = false;
-    this.inUse.clear();
-    const steps: Step[] = [{ changes: batch, mayRetry: true }];
-    for (let step = steps.shift(); step !== undefined; step = steps.shift())
-      steps.unshift(...(await this.step(step)));
-    return this.wrote;
+    try {
+      const steps: Step[] = [{ changes: batch, mayRetry: true }];
+      for (let step = steps.shift(); step !== undefined; step = steps.shift())
+        steps.unshift(...(await this.step(step)));
+      return this.wrote;
+    } finally {
+      this.inUse.clear();
+    }
+  }
+
+  /**
+   * Starts asking Caddy about the ids the creates among `changes` would take while their batch is still
+   * gathering, so the answers are in by the time it is planned (see `elsewhere`).
+   */
+  lookUp(changes: readonly Pending[]): void {
+    this.ask(createdIds(changes));
   }
 
   /** One step; returns the steps it leaves to do (none once its changes are answered). */
@@ -94,13 +105,21 @@ export class WriteSteps {
    * each id once per batch, and only about ids the routes do not answer for.
    */
   private async elsewhere(changes: Pending[], state: RoutesState): Promise<Set<string>> {
-    const created = changes.flatMap(({ change: { op } }) => (op.kind === "create" ? [opId(op)] : []));
-    const ask = [...new Set(created)].filter((id) => !state.index.first.has(id) && !this.inUse.has(id));
-    if (ask.length > 0) {
-      const found = await this.routes.idsInUse(ask);
-      for (const id of ask) this.inUse.set(id, found.has(id));
-    }
-    return new Set(created.filter((id) => this.inUse.get(id) === true));
+    const created = createdIds(changes);
+    this.ask(created.filter((id) => !state.index.first.has(id)));
+    const held = new Set<string>();
+    for (const id of created) if ((await this.inUse.get(id))?.has(id)) held.add(id);
+    return held;
+  }
+
+  /** Asks Caddy which of `ids` its config holds, for those not asked yet in this batch. */
+  private ask(ids: readonly string[]): void {
+    const fresh = [...new Set(ids)].filter((id) => !this.inUse.has(id));
+    if (fresh.length === 0) return;
+    const found = this.routes.idsInUse(fresh);
+    // A failure is answered by the step that awaits it; one asked for a batch that never needs it is moot.
+    found.catch(() => {});
+    for (const id of fresh) this.inUse.set(id, found);
   }
 
   /** Writes a captured plan and answers its changes, or says what is left to do. */
@@ -191,6 +210,10 @@ export class WriteSteps {
     }
   }
 }
+
+/** The ids the creates among `changes` would take. */
+const createdIds = (changes: readonly Pending[]): string[] =>
+  changes.flatMap(({ change: { op } }) => (op.kind === "create" ? [opId(op)] : []));
 
 /** Every change gets its planned end. */
 function answerAll(live: Pending[], p: Plan): void {

@@ -90,6 +90,8 @@ export class RouteWriter {
   private arrivals = 0;
   /** The hooks' `idle` is due once no change is queued. */
   private followUpDue = false;
+  /** The first queued change waits for others (see `next`): one arriving now has its id looked up meanwhile. */
+  private gathering = false;
 
   constructor(
     private readonly routes: RoutesStore,
@@ -125,6 +127,7 @@ export class RouteWriter {
       };
       this.queue.push(pending);
       this.arrivals++;
+      if (this.gathering) this.steps.lookUp([pending]);
       void this.drain();
     });
   }
@@ -229,7 +232,11 @@ export class RouteWriter {
     // goes in this same turn: not even a microtask lets a chore in ahead of it.
     const waited = performance.now() - (this.queue[0]?.arrivedAt ?? 0);
     if (this.chores.length === 0 && this.gather.leftMs(waited) > 0) {
+      // Caddy is asked about the ids the burst's creates would take while it gathers, not after.
+      this.steps.lookUp(this.queue);
+      this.gathering = true;
       await this.gather.gather(() => this.arrivals, waited);
+      this.gathering = false;
       if (this.chores.length > 0) return;
     }
     const batch = await this.prepared(this.queue.splice(0, this.maxBatch));
