@@ -105,10 +105,10 @@ export class WriteSteps {
    * each id once per batch, and only about ids the routes do not answer for.
    */
   private async elsewhere(changes: Pending[], state: RoutesState): Promise<Set<string>> {
-    const created = createdIds(changes);
-    this.ask(created.filter((id) => !state.index.first.has(id)));
+    const unknown = createdIds(changes).filter((id) => !state.index.first.has(id));
+    this.ask(unknown);
     const held = new Set<string>();
-    for (const id of created) if ((await this.inUse.get(id))?.has(id)) held.add(id);
+    for (const id of unknown) if ((await this.inUse.get(id))?.has(id)) held.add(id);
     return held;
   }
 
