@@ -42,7 +42,6 @@ import { registerOperatorRoutes } from "./operator/routes.js";
 import { operatorSharedSchemas } from "./operator/schemas.js";
 import type { OperatorService } from "./operator/service.js";
 import { operatorMigrations } from "./operator/store.js";
-import type { RecordedChange } from "./proxy/journal.js";
 import { proxyProblem } from "./proxy/problems.js";
 import { hideSecretsFromReaders } from "./proxy/redaction-routes.js";
 import { registerProxyRoutes } from "./proxy/routes.js";
@@ -80,6 +79,12 @@ export interface AppOptions {
    * then serves instead of the committed file (scripts/openapi-doc.ts passes @fastify/swagger's).
    */
   openApiGenerator?: (app: App) => Promise<() => unknown>;
+  /**
+   * Reads Caddy's routes for every change and read (`CaddyRoutes`) instead of keeping what was learnt
+   * between them (`CachedRoutes`): the routes tests run on both (TEST_ROUTES_BACKEND=plain) to show that
+   * what the cached one keeps changes no answer. Not a setting: the agent always runs the cached one.
+   */
+  plainRoutes?: boolean;
 }
 
 declare module "fastify" {
@@ -90,7 +95,7 @@ declare module "fastify" {
       routes: RouteService;
       certificates: CertificateService;
       accessLogs: AccessLogService;
-      writer: RouteWriter<RecordedChange>;
+      writer: RouteWriter;
       /** The client of Caddy's admin API every part of the agent shares (tests spy on its writes). */
       caddyAdmin: CaddyAdmin;
       operator: OperatorService;
@@ -116,6 +121,7 @@ export async function buildApp({
   now = Date.now,
   serverFactory,
   openApiGenerator,
+  plainRoutes,
 }: AppOptions): Promise<App> {
   const caddyAddress = config.proxy.caddyAdmin;
   if (!caddyAddress) throw new Error("buildApp needs a Caddy admin address (start the embedded Caddy first)");
@@ -129,7 +135,7 @@ export async function buildApp({
   const access = buildAccess(config, db, logger, now);
   const app = createFastify(config.agent, access.access.check, logger, serverFactory);
   const admin = givenAdmin ?? new CaddyAdmin(caddyAddress, config.proxy.caddyTimeoutMs);
-  const areas = buildAreas(config, db, logger, { admin, embedded: embeddedCaddy }, now);
+  const areas = buildAreas(config, db, logger, { admin, embedded: embeddedCaddy, plainRoutes }, now);
   const { outbox, routes, certificates, accessLogs, writer, caddyAdmin, operator, metrics } = areas;
   const { tokens, audit } = access;
   const services = {

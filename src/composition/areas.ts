@@ -6,6 +6,7 @@ import type { AccessLogFiles } from "../caddy/access-log-json.js";
 import type { CaddyAdmin } from "../caddy/admin.js";
 import { agentCaddyFields } from "../caddy/agent-fields.js";
 import { CaddyConfig } from "../caddy/config.js";
+import { CaddyConfigFields } from "../caddy/config-fields.js";
 import { embeddedCaddyFiles } from "../caddy/process/files.js";
 import { CaddyTlsConfig } from "../caddy/tls-config.js";
 import { CustomCertificateStore } from "../certificates/custom-store.js";
@@ -15,7 +16,9 @@ import { Outbox } from "../events/outbox.js";
 import { HealthService, type SupervisedCaddy } from "../health/service.js";
 import { Metrics } from "../metrics/metrics.js";
 import { OperatorService } from "../operator/service.js";
-import { ChangeJournal, type RecordedChange } from "../proxy/journal.js";
+import { CachedRoutes } from "../proxy/cached-routes.js";
+import { CaddyRoutes, type RoutesStore } from "../proxy/caddy-routes.js";
+import { ChangeJournal } from "../proxy/journal.js";
 import { RouteService } from "../proxy/service.js";
 import { RouteChangeStore } from "../proxy/store.js";
 import { ownEndpoints, UpstreamCheck } from "../proxy/upstream-check.js";
@@ -36,7 +39,7 @@ export interface Areas {
   deny: DenyList;
   outbox: Outbox;
   caddyAdmin: CaddyAdmin;
-  writer: RouteWriter<RecordedChange>;
+  writer: RouteWriter;
   routes: RouteService;
   certificates: CertificateService;
   accessLogs: AccessLogService;
@@ -54,7 +57,7 @@ export function buildAreas(
   config: AppConfig,
   db: Db,
   logger: Logger,
-  caddy: { admin: CaddyAdmin; embedded: SupervisedCaddy | undefined },
+  caddy: { admin: CaddyAdmin; embedded: SupervisedCaddy | undefined; plainRoutes?: boolean },
   now: () => number,
 ): Areas {
   const { agent, events, proxy } = config;
@@ -73,17 +76,17 @@ export function buildAreas(
     log: logger.child({ component: "outbox" }),
   });
   metrics.readOutboxStates(() => outbox.countByState());
-  const { writer, routes, accessLogs } = buildRoutes(config, db, logger, {
+  const { caddyRoutes, writer, routes, accessLogs } = buildRoutes(config, db, logger, {
     metrics,
     outbox,
     caddyAdmin,
-    embedded: embeddedCaddy !== undefined,
+    caddy,
   });
   const certificates = new CertificateService({
     // Not counted: the admin API's metrics are those of the requests made for routes.
     tls: new CaddyTlsConfig(new CaddyConfig(caddyAdmin, { counted: false })),
     store: new CustomCertificateStore(agent.dataDir),
-    routesText: () => writer.routesText(),
+    routesText: () => caddyRoutes.text(),
     caddyDataDir: embeddedCaddy
       ? embeddedCaddyFiles(agent.dataDir).dataHome
       : config.certificates.caddyDataDir,
@@ -149,17 +152,21 @@ function accessLogFiles(config: AppConfig, embedded: boolean): AccessLogFiles | 
 }
 
 /**
- * The routes area: its store, the journal of changes, the one writer of Caddy's routes (keeping the access
- * logs in line around its batches), the service, and the access logs' own service.
+ * The routes area: Caddy's routes (read for every change, or `CachedRoutes` keeping what it learnt), its
+ * store, the journal of changes, the one writer of Caddy's routes (keeping the access logs in line around
+ * its batches), the service, and the access logs' own service.
  */
 function buildRoutes(
   config: AppConfig,
   db: Db,
   logger: Logger,
-  o: Shared & { caddyAdmin: CaddyAdmin; embedded: boolean },
+  o: Shared & {
+    caddyAdmin: CaddyAdmin;
+    caddy: { embedded: SupervisedCaddy | undefined; plainRoutes?: boolean };
+  },
 ) {
   const { events, proxy } = config;
-  const files = accessLogFiles(config, o.embedded);
+  const files = accessLogFiles(config, o.caddy.embedded !== undefined);
   const accessLog = logger.child({ component: "access-logs" });
   const keeper = new AccessLogKeeper(o.caddyAdmin, proxy.caddyServer, files, accessLog);
   const store = new RouteChangeStore(db);
@@ -169,19 +176,23 @@ function buildRoutes(
     firstAttemptTimeoutMs: events.webhookFirstAttemptTimeoutMs,
   });
   const fields = agentCaddyFields(proxy);
-  const writer = new RouteWriter<RecordedChange>(o.caddyAdmin, {
+  const writerLog = logger.child({ component: "route-writer" });
+  const where = { server: proxy.caddyServer, listen: proxy.caddyListen, fields, log: writerLog };
+  const caddyRoutes: RoutesStore = o.caddy.plainRoutes
+    ? new CaddyRoutes(o.caddyAdmin, where)
+    : new CachedRoutes(o.caddyAdmin, where);
+  const writer = new RouteWriter(caddyRoutes, {
     journal,
+    config: new CaddyConfigFields(o.caddyAdmin),
     metrics: o.metrics,
-    server: proxy.caddyServer,
-    listen: proxy.caddyListen,
     gather: { ...GATHER, maxMs: proxy.routeGatherMaxMs },
-    fields,
     hooks: keeper,
-    log: logger.child({ component: "route-writer" }),
+    log: writerLog,
   });
   const routes = new RouteService({
     metrics: o.metrics,
     writer,
+    routes: caddyRoutes,
     journal,
     store,
     operatorRouteId: proxy.operatorDomain,
@@ -205,7 +216,7 @@ function buildRoutes(
     keepDays: config.accessLogs.accessLogKeepDays,
     log: accessLog,
   });
-  return { writer, routes, accessLogs };
+  return { caddyRoutes, writer, routes, accessLogs };
 }
 
 /** The package updates area, on the package manager the settings (or the host) select. */

@@ -1,18 +1,13 @@
 import type { Readable } from "node:stream";
-import type { Logger } from "pino";
-import { type CaddyAdmin, CaddyApiError, caddyErrorText } from "../caddy/admin.js";
+import { type CaddyAdmin, CaddyApiError, caddyErrorText, JsonPieces } from "../caddy/admin.js";
 import { CaddyConfig } from "../caddy/config.js";
 import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
-import { caddyEtag } from "../caddy/etag.js";
-import { lastLoad, PerLoad } from "../caddy/last-load.js";
+import { goJsonPieces } from "../caddy/etag.js";
+import { PerLoad } from "../caddy/last-load.js";
+import { managedServerCreation } from "../caddy/server-creation.js";
 import { canonicalJson } from "../util/canonical-json.js";
-import { collectWhenIdle } from "../util/idle-gc.js";
-import { indexRoutes, type Op, opId, type Plan, type RouteJson, type RoutesIndex } from "./plan.js";
-import { RoutePositions } from "./route-positions.js";
-import { PARSED_KEPT_MS, RoutesCache, routesStateOf } from "./routes-cache.js";
-import { RoutesSnapshot } from "./routes-snapshot.js";
+import { type ChangeOutcome, indexRoutes, type Plan, type RouteJson, type RoutesIndex } from "./plan.js";
 import { readAll, routesBody } from "./routes-stream.js";
-import { type RoutesTarget, type WriteOutcome, writePlan } from "./routes-write.js";
 
 export interface RoutesState {
   /** False when the managed server does not exist yet. */
@@ -30,6 +25,45 @@ export interface RoutesState {
   config?: Record<string, unknown> | null;
 }
 
+/**
+ * How Caddy answered a write: it holds the plan (`written`); the change ended, and how (Caddy refused the
+ * config: `rejected`; the request never reached it: `unavailable`); or what the writer still has to act on:
+ * If-Match failed and nothing was written (`stale`), or the connection failed after the request may have
+ * reached Caddy, and the write may or may not have landed (`uncertain`).
+ */
+export type WriteAnswer =
+  | { kind: "written" | "stale" }
+  | { kind: "uncertain"; message: string }
+  | Extract<ChangeOutcome, { kind: "rejected" | "unavailable" }>;
+
+/**
+ * The managed server's routes in Caddy, as the writer and the routes' reads reach them. Two stores answer
+ * alike: `CaddyRoutes` (here) reads Caddy for every change and every read; `CachedRoutes`
+ * (cached-routes.ts) keeps what it learnt between them, for thousands of routes.
+ */
+export interface RoutesStore {
+  /** The routes to plan on, with the ETag a write's If-Match names; `cached` when not read from Caddy now. */
+  current(): Promise<{ state: RoutesState; cached: boolean }>;
+  /** Those of `ids` that Caddy's config holds anywhere (ids are global there). */
+  idsInUse(ids: readonly string[]): Promise<Set<string>>;
+  /** Writes plan `p` over `state` as one request with If-Match on `state`'s ETag. */
+  write(state: RoutesState, p: Plan): Promise<WriteAnswer>;
+  /** Puts the routes of `before` back and reads them back; throws unless they read back that way. */
+  restore(before: RoutesState): Promise<RoutesState>;
+  /** Whatever is known may be stale (a failure, or another writer): the next `current` reads Caddy. */
+  forget(): void;
+  /** Readies the next change's state after a write, between batches. */
+  refresh(): Promise<void>;
+  /** Rewrites every route `transform` changes, as one change (see `CaddyRoutes.conform`). */
+  conform(transform: (route: RouteJson) => RouteJson, conforms?: (text: string) => boolean): Promise<number>;
+  /** The routes read from Caddy now, as Caddy's own JSON text (`[]` when there are none). */
+  text(): Promise<string>;
+  /** The same, as Caddy's bytes passed on while they arrive. */
+  stream(): Promise<Readable | string>;
+  /** One route of the managed server by id; undefined when it has none. */
+  route(id: string): Promise<RouteJson | undefined>;
+}
+
 export interface CaddyRoutesOptions {
   /** Name of the managed server under `apps.http.servers`. */
   server: string;
@@ -40,41 +74,21 @@ export interface CaddyRoutesOptions {
    * managed server is created, and carried by what the creation makes.
    */
   fields?: readonly ConfigField[];
-  /** How long routes parsed for the next change are kept (PARSED_KEPT_MS); tests shorten it. */
-  parsedKeptMs?: number;
-  /** Told when a computed ETag proved not to be Caddy's (the agent then reads the ETag after each write). */
-  log?: Pick<Logger, "warn">;
 }
 
+/** Connection errors that prove the request never reached Caddy. */
+const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
+
 /**
- * The managed server's routes in Caddy: reads them (keeping the last known state until it may be stale),
- * writes a planned change as one request carrying If-Match, creates the server on first use, reads a change
- * back and puts captured routes back. It knows Caddy's admin API, not who asked for a change.
+ * The managed server's routes in Caddy, read for every change and every read: read with their ETag, a plan
+ * written as one request carrying If-Match, the server created on first use, captured routes put back. It
+ * knows Caddy's admin API, not who asked for a change, and keeps nothing between calls.
  */
-export class CaddyRoutes {
+export class CaddyRoutes implements RoutesStore {
   private readonly routesPath: string;
-  private readonly target: RoutesTarget;
   private readonly serverPath: string;
-  /** Where each route id was in the routes last parsed or written, kept up to date by `written`. */
-  private positions = RoutePositions.none();
-  /** The routes as of the last read or verified write; dropped whenever it may be stale. */
-  private readonly cache: RoutesCache;
-  /** A read of all routes for `route` under way, and the generation it started in. */
-  private reading: { generation: number; routes: Promise<RouteJson[]> } | undefined;
-  /** Counts the agent's writes to the routes. */
-  private generation = 0;
-  /** The last list read, sent again while Caddy has loaded no config since. */
-  private readonly snapshot = new RoutesSnapshot();
   /** How many routes Caddy holds, counted once per config it loads. */
   private readonly counted: PerLoad<number>;
-  /**
-   * Whether a write's new ETag is computed (caddy/etag.ts) rather than read back with all routes. Off for
-   * good once Caddy's ETag of routes it read differs from the one computed for them (a config whose text
-   * Go writes in a way the agent does not reproduce): each such write would otherwise cost a 412 and a read.
-   */
-  private computeEtags = true;
-  /** A write on a computed ETag met a 412: the next read checks the computation against Caddy's ETag. */
-  private checkEtag = false;
 
   constructor(
     private readonly admin: CaddyAdmin,
@@ -82,14 +96,6 @@ export class CaddyRoutes {
   ) {
     this.serverPath = `/config/apps/http/servers/${opts.server}`;
     this.routesPath = `${this.serverPath}/routes`;
-    this.target = { ...opts, routesPath: this.routesPath };
-    this.cache = new RoutesCache(
-      opts.parsedKeptMs ?? PARSED_KEPT_MS,
-      (state) => {
-        this.positions = RoutePositions.of(state.routes);
-      },
-      (routes) => caddyEtag(this.routesPath, routes),
-    );
     this.counted = new PerLoad(admin);
   }
 
@@ -109,20 +115,8 @@ export class CaddyRoutes {
     return this.counted.get(async () => (JSON.parse(await this.text()) as unknown[]).length);
   }
 
-  /**
-   * The routes as Caddy holds them now, as Caddy's own bytes passed on while they arrive (`[]` when there
-   * are none): a list of thousands of routes is neither held whole nor parsed. While Caddy has loaded no
-   * config since the last such read, that read's bytes are sent again (RoutesSnapshot).
-   */
+  /** The routes read from Caddy now, passed on as they arrive: a list of thousands is neither held whole nor parsed. */
   async stream(): Promise<Readable | string> {
-    // Caddy's last load is read before its routes, so the routes kept with it are at least that new.
-    const load = await lastLoad(this.admin);
-    if (load === undefined) return this.streamNow();
-    return this.snapshot.get(load, () => this.streamNow());
-  }
-
-  /** The routes read from Caddy now, passed on as they arrive. */
-  private async streamNow(): Promise<Readable | string> {
     const res = await this.admin.stream(this.routesPath);
     if (res.status === 200) return routesBody(res.body, Number(res.headers["content-length"] ?? Number.NaN));
     const text = await readAll(res.body);
@@ -130,84 +124,27 @@ export class CaddyRoutes {
     throw new CaddyApiError(res.status, caddyErrorText({ ...res, text }));
   }
 
-  /**
-   * One route of the managed server by id, read from Caddy now; undefined when the server has none. A
-   * known position is read alone and kept only when it still holds that id; an id Caddy knows nowhere is
-   * answered by its id index; otherwise all routes are read.
-   */
+  /** One route of the managed server by id, from all routes read now; undefined when it has none. */
   async route(id: string): Promise<RouteJson | undefined> {
-    for (const at of this.positions.of(id)) {
-      const res = await this.admin.read(`${this.routesPath}/${at}`);
-      if (res.status !== 200) break;
-      const route = JSON.parse(res.text) as RouteJson | null;
-      if (route?.["@id"] === id) return route;
-    }
-    // Only an id that names no path of its own can go to /id/ (Caddy splits the decoded path at "/").
-    if (id !== "" && !id.includes("/")) {
-      const res = await this.admin.read(`/id/${encodeURIComponent(id)}`);
-      if (res.status === 404) return undefined;
-    }
-    const routes = await this.allRoutes();
+    const routes = JSON.parse(await this.text()) as RouteJson[];
     return routes.find((r) => r["@id"] === id);
   }
 
-  /**
-   * All routes read and parsed now. Reads asked for while one is under way share it, unless the agent
-   * changed the routes since it started: a caller that saw its change answered then reads it.
-   */
-  private allRoutes(): Promise<RouteJson[]> {
-    const shared = this.reading;
-    if (shared && shared.generation === this.generation) return shared.routes;
-    const reading = {
-      generation: this.generation,
-      routes: this.text().then((text) => {
-        const routes = JSON.parse(text) as RouteJson[];
-        this.positions = RoutePositions.of(routes);
-        return routes;
-      }),
-    };
-    this.reading = reading;
-    const done = () => {
-      if (this.reading === reading) this.reading = undefined;
-      collectWhenIdle();
-    };
-    reading.routes.then(done, done);
-    return reading.routes;
-  }
-
-  /** The last known routes, else the routes read now; `cached` says which. */
+  /** The routes read now. */
   async current(): Promise<{ state: RoutesState; cached: boolean }> {
-    const cached = this.cache.state();
-    if (cached) return { state: cached, cached: true };
     return { state: await this.read(), cached: false };
   }
 
-  /** Makes the next `current()` read Caddy. */
-  forget(): void {
-    this.generation++;
-    this.cache.drop();
-  }
+  /** Nothing is kept, so there is nothing to forget. */
+  forget(): void {}
 
-  /**
-   * Makes the last known state ready for the next change after a write: the written routes' ETag computed
-   * (tens of milliseconds at 20,000 routes), or, when the agent does not compute it, the routes and their
-   * ETag read. A read's text is parsed once the event loop is idle, so the next change does not wait for it
-   * (at 20,000 routes the parse takes tens of milliseconds; the parsed routes do not show in the idle
-   * agent's resident memory); a failed read leaves no state.
-   */
-  async refresh(): Promise<void> {
-    if (this.cache.state() !== undefined) return;
-    const res = await this.admin.read(this.routesPath).catch(() => undefined);
-    if (res?.status === 200 && res.etag) this.cache.holdText(res.text, res.etag);
-  }
+  /** Nothing is kept: the next change reads the routes. */
+  async refresh(): Promise<void> {}
 
-  /** Ids the creates among `ops` would take that are in use elsewhere in Caddy's config (ids are global there). */
-  async idsElsewhere(ops: readonly Op[], state: RoutesState): Promise<Set<string>> {
-    const ask = [...new Set(ops.filter((op) => op.kind === "create").map(opId))].filter(
-      (id) => !state.index.first.has(id),
-    );
+  /** Those of `ids` that Caddy's config holds anywhere, each looked up in Caddy's id index. */
+  async idsInUse(ids: readonly string[]): Promise<Set<string>> {
     const found = await Promise.all(
-      ask.map(async (id) => {
+      ids.map(async (id) => {
         const res = await this.admin.read(`/id/${encodeURIComponent(id)}`);
         if (res.status === 200) return id;
         if (res.status === 404) return undefined;
@@ -217,50 +154,62 @@ export class CaddyRoutes {
     return new Set(found.filter((x): x is string => x !== undefined));
   }
 
-  /** Writes the planned routes over `state` as one change, with If-Match on the ETag `state` was read with. */
-  async write(state: RoutesState, p: Plan): Promise<WriteOutcome> {
-    const outcome = await writePlan(this.admin, this.target, state, p);
-    // Caddy keeps the previous config when it refuses a change, so the last known state still holds.
-    if (outcome.kind === "written" || outcome.kind === "refused") return outcome;
-    if (outcome.kind === "stale" && state.etagComputed) this.checkEtag = true;
-    this.cache.drop();
-    return outcome;
+  /**
+   * Writes plan `p` over `state` as one request carrying If-Match on the ETag `state` has, and says how it
+   * ended. A write whose answer was lost is looked up: when the routes now read as the plan's routes, it
+   * landed (CaddyAdmin.write has already sent it again when it provably had not).
+   */
+  async write(state: RoutesState, p: Plan): Promise<WriteAnswer> {
+    const req = this.requestFor(state, p);
+    try {
+      await this.admin.write(req.method, req.path, req.body, state.etag);
+      return { kind: "written" };
+    } catch (err) {
+      if (err instanceof CaddyApiError)
+        return err.status === 412 ? { kind: "stale" } : { kind: "rejected", message: err.message };
+      const message = (err as Error).message;
+      const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
+      if (NOT_SENT.has(code ?? "")) return { kind: "unavailable", message };
+      return (await this.holds(p.routes)) ? { kind: "written" } : { kind: "uncertain", message };
+    }
   }
 
-  /**
-   * Takes note of a written plan. The write's own answer verifies it: Caddy answered 2xx to a write carrying
-   * If-Match on the routes the plan started from, so it holds the plan's routes. Reading them back would cost
-   * a round trip (often two: Caddy restarts its admin endpoint after a change, and a read landing then is
-   * reset) and, for a batch, a read and parse of every route, and prove nothing more. The routes' new ETag
-   * is computed from them (caddy/etag.ts) when they are next needed, and the next write's If-Match catches
-   * any difference.
-   */
-  written(p: Plan): void {
-    this.generation++;
-    if (this.computeEtags) this.cache.holdWritten(p.routes);
-    else this.cache.drop();
-    const only = p.applied.length === 1 ? p.applied[0] : undefined;
-    if (only) {
-      // One route came, went or changed: move the positions after it rather than index every route again
-      // before the answer (10 ms at 20,000 routes).
-      const { op, at, wasPresent } = only;
-      const id = opId(op);
-      if (op.kind === "delete") this.positions.removeAt(at);
-      else if (wasPresent) this.positions.setAt(at, id);
-      else this.positions.insertAt(at, id);
-      return;
+  /** Whether Caddy's routes are now `routes`, as far as a read can tell. */
+  private async holds(routes: RouteJson[]): Promise<boolean> {
+    const now = await this.admin.read(this.routesPath).catch(() => undefined);
+    if (now?.status !== 200) return false;
+    return canonicalJson(JSON.parse(now.text)) === canonicalJson(routes);
+  }
+
+  /** The one request that writes plan `p`: a targeted write for a single change, the whole routes array for a batch. */
+  private requestFor(state: RoutesState, p: Plan): WriteRequest {
+    const path = this.routesPath;
+    if (!state.serverExists) {
+      const { path: at, value } = managedServerCreation(state.config, this.opts, p.routes);
+      return { method: "POST", path: at, body: value };
     }
-    // A batch: the routes are indexed once the answers are out; until then a stale hint is caught by its @id.
-    const generation = this.generation;
-    setImmediate(() => {
-      if (this.generation === generation) this.positions = RoutePositions.of(p.routes);
-    });
+    if (!state.routesPresent) return { method: "PUT", path, body: p.routes };
+    const only = p.applied.length === 1 ? p.applied[0] : undefined;
+    if (!only) {
+      // A batch that only adds routes at the end (creates of new hosts) sends just those: Caddy then parses
+      // a few routes instead of all of them (half a second less at 20,000 routes).
+      const added = appendedTo(state.routes, p.routes);
+      if (added) return { method: "POST", path: `${path}/...`, body: added };
+      // Any other batch sends all routes, as Go's text of them (Caddy decodes it to the same value) made
+      // of each route's text kept for their ETag (caddy/etag.ts): only the routes the batch brought are
+      // encoded, and the text is written piece by piece, never held whole.
+      const routes = p.routes;
+      return { method: "PATCH", path, body: new JsonPieces(() => goJsonPieces(routes)) };
+    }
+    const { op, at, wasPresent } = only;
+    if (op.kind === "delete") return { method: "DELETE", path: `${path}/${at}` };
+    if (wasPresent) return { method: "PATCH", path: `${path}/${at}`, body: op.route };
+    if (at === state.routes.length) return { method: "POST", path, body: op.route };
+    return { method: "PUT", path: `${path}/${at}`, body: op.route };
   }
 
   /** Puts the captured routes back as they were before a change; throws unless they read back that way. */
-  async restore(before: RoutesState): Promise<void> {
-    this.generation++;
-    this.cache.drop();
+  async restore(before: RoutesState): Promise<RoutesState> {
     if (!before.serverExists) {
       const now = await this.admin.read(this.serverPath);
       if (now.status === 200 && now.text.trim() !== "null") await this.admin.write("DELETE", this.serverPath);
@@ -273,7 +222,7 @@ export class CaddyRoutes {
     const check = await this.read();
     if (canonicalJson(check.routes) !== canonicalJson(before.routes))
       throw new Error("the routes read back differ from the captured state");
-    this.cache.set(check);
+    return check;
   }
 
   /**
@@ -286,7 +235,6 @@ export class CaddyRoutes {
     transform: (route: RouteJson) => RouteJson,
     conforms: (text: string) => boolean = () => false,
   ): Promise<number> {
-    this.cache.drop();
     let changed = 0;
     const rewrite = (current: unknown) => {
       changed = 0;
@@ -308,17 +256,6 @@ export class CaddyRoutes {
     return done.written ? changed : 0;
   }
 
-  /** After a 412 on a computed ETag: stops computing them when Caddy's ETag of the routes read is not the one computed. */
-  private checkComputation(state: RoutesState): void {
-    this.checkEtag = false;
-    if (!state.routesPresent || caddyEtag(this.routesPath, state.routes) === state.etag) return;
-    this.computeEtags = false;
-    this.opts.log?.warn(
-      { path: this.routesPath },
-      "Caddy encodes these routes in a way the agent does not reproduce; it reads the routes' ETag after each write from now on",
-    );
-  }
-
   /** Whether a read of the routes answered `status` because the managed server is missing (CaddyConfig's rule). */
   private serverMissing(status: number): Promise<boolean> {
     return new CaddyConfig(this.admin).isMissing(["apps", "http", "servers", this.opts.server], status);
@@ -326,12 +263,7 @@ export class CaddyRoutes {
 
   private async read(): Promise<RoutesState> {
     const res = await this.admin.read(this.routesPath);
-    if (res.status === 200 && res.etag) {
-      const state = routesStateOf(res.text, res.etag);
-      this.positions = RoutePositions.of(state.routes);
-      if (this.checkEtag) this.checkComputation(state);
-      return state;
-    }
+    if (res.status === 200 && res.etag) return routesStateOf(res.text, res.etag);
     if (await this.serverMissing(res.status)) {
       // Before the server can serve a host: the local CA's trust and the issuer must be in place first.
       if (this.opts.fields) await new CaddyConfigFields(this.admin).conform(this.opts.fields);
@@ -349,4 +281,31 @@ export class CaddyRoutes {
     }
     throw new CaddyApiError(res.status, caddyErrorText(res));
   }
+}
+
+interface WriteRequest {
+  method: "POST" | "PUT" | "PATCH" | "DELETE";
+  path: string;
+  body?: unknown;
+}
+
+/**
+ * The routes `next` adds after all of `current` when that is all it changes (the plan copies the array and
+ * puts a new object wherever it changes a route), else undefined.
+ */
+function appendedTo(current: readonly RouteJson[], next: readonly RouteJson[]): RouteJson[] | undefined {
+  if (next.length <= current.length) return undefined;
+  for (let i = 0; i < current.length; i++) if (next[i] !== current[i]) return undefined;
+  return next.slice(current.length);
+}
+
+/** The state of an existing server from Caddy's answer for its routes path (`null` when it has no routes key). */
+export function routesStateOf(text: string, etag: string): RoutesState {
+  const parsed = JSON.parse(text) as RouteJson[] | null;
+  return { ...routesStateFrom(parsed ?? [], etag), routesPresent: parsed !== null };
+}
+
+/** The state of an existing server holding `routes` with ETag `etag`. */
+export function routesStateFrom(routes: RouteJson[], etag: string): RoutesState {
+  return { serverExists: true, routesPresent: true, routes, index: indexRoutes(routes), etag };
 }

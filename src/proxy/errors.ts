@@ -1,4 +1,4 @@
-import type { RouteJson } from "./plan.js";
+import type { ChangeOutcome, RouteJson } from "./plan.js";
 
 /**
  * Why a route change or read did not happen, as the routes service says it. These know nothing of HTTP;
@@ -123,5 +123,41 @@ export class ChangeNotRecordedError extends Error {
 
   constructor(readonly reason: string) {
     super("the agent could not record the change before applying it");
+  }
+}
+
+/** The route that serves a host, as answers name it: its @id, or null for a route without one. */
+export const routeNamed = (owner: string | null): string =>
+  owner === null ? "a route without an @id" : `route ${owner}`;
+
+/** Why a route may not serve `host`: `owner` serves it. */
+export const hostTakenText = (host: string, owner: string | null): string =>
+  `host ${host} is served by ${routeNamed(owner)}`;
+
+/**
+ * The error a change of route `id` that did not apply answers with; `previous` is the state it captured
+ * (what a failed rollback leaves for the caller to put back).
+ */
+export function changeError(
+  outcome: Exclude<ChangeOutcome, { kind: "applied" }>,
+  id: string,
+  previous: RouteJson | null,
+): Error {
+  switch (outcome.kind) {
+    case "exists":
+      return new RouteExistsError(`a route with @id ${id} already exists in Caddy's config`);
+    case "not_found":
+      return new RouteNotFoundError(`the managed server has no route with @id ${id}`);
+    case "host_taken":
+      return new HostTakenError(hostTakenText(outcome.host, outcome.owner), outcome.host, outcome.owner);
+    case "unavailable":
+    case "rolled_back":
+      return new ProxyUnavailableError(outcome.message);
+    case "rejected":
+      return new ChangeRejectedError(outcome.message);
+    case "rollback_failed":
+      return new RollbackFailedError(outcome.message, previous);
+    case "capture_failed":
+      return new ChangeNotRecordedError(outcome.message);
   }
 }

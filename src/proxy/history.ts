@@ -1,16 +1,15 @@
 import { withoutPaths } from "../util/without-paths.js";
-import { routeNamed } from "./journal.js";
-import type { Op, RouteJson } from "./plan.js";
-import type { ChangeOperation, ChangeOutcome } from "./schemas.js";
+import { routeNamed } from "./errors.js";
+import type { Op, Refusal, RouteJson } from "./plan.js";
+import type { ChangeOperation, HistoryOutcome } from "./schemas.js";
 import type { ChangeRow } from "./store.js";
-import type { WriteFailure } from "./write-step.js";
 
 /** A change as the history shows it. */
 export interface ChangeView {
   change_id: number;
   route_id: string;
   operation: ChangeOperation;
-  outcome: ChangeOutcome;
+  outcome: HistoryOutcome;
   requested_at: string;
   finished_at: string | null;
   request_id: string | null;
@@ -74,7 +73,7 @@ export function restorePlan(row: ChangeRow): RestorePlan {
 }
 
 /** Why a restore of `row` does not fit the route as it is now, for the conflict Caddy's state gave. */
-export function restoreConflict(row: ChangeRow, op: Op, refused: WriteFailure): string {
+export function restoreConflict(row: ChangeRow, op: Op, refused: Refusal): string {
   const routeId = row.route_id;
   if (refused.kind === "host_taken")
     return `change ${row.id}'s captured route serves host ${refused.host}, which ${routeNamed(refused.owner)} serves now: nothing was changed`;

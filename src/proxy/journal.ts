@@ -1,10 +1,10 @@
 import type { Outbox } from "../events/outbox.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { withoutPaths } from "../util/without-paths.js";
-import type { Op, RouteJson } from "./plan.js";
+import { hostTakenText } from "./errors.js";
+import type { ChangeEnd, ChangeOutcome, Op, RouteJson } from "./plan.js";
 import type { ChangeOperation } from "./schemas.js";
 import type { RouteChangeStore, SettledOutcome } from "./store.js";
-import type { ChangeResult, WriteFailure, WriterChange } from "./write-step.js";
 
 /** Who made a change and what it is about: recorded with it, sent in its events, named in its log line. */
 export interface ChangeAbout {
@@ -20,7 +20,7 @@ export interface ChangeAbout {
  * One change on its way from the service through the writer and back: what was asked, and its record once
  * the journal has written one. The writer reads `op`; the journal fills in the rest as the change goes.
  */
-export class RecordedChange implements WriterChange {
+export class RecordedChange {
   /** The record's id, once the change was first captured; a change Caddy never got to may have none. */
   id: number | undefined;
   /** Canonical JSON of the state last captured: a change planned again on the same state is not recaptured. */
@@ -47,7 +47,8 @@ export class RecordedChange implements WriterChange {
  */
 const routeEventKey = (routeId: string, url: string) => `route:${routeId} ${url}`;
 
-const OUTCOME_OF: Record<WriteFailure["kind"], SettledOutcome> = {
+const RECORDED: Record<ChangeOutcome["kind"], SettledOutcome> = {
+  applied: "applied",
   exists: "refused",
   not_found: "refused",
   host_taken: "refused",
@@ -58,34 +59,24 @@ const OUTCOME_OF: Record<WriteFailure["kind"], SettledOutcome> = {
   rollback_failed: "rollback_failed",
 };
 
-/** How a settled change ended, as its history records it. */
-export const settledOutcome = (result: ChangeResult): SettledOutcome =>
-  result.ok ? "applied" : OUTCOME_OF[result.failure.kind];
+/** How a change's history records its outcome (and its log line and metric name it). */
+export const recorded = (outcome: ChangeOutcome): SettledOutcome => RECORDED[outcome.kind];
 
-/** The failure's own words, or its kind when it has none (a 404/409 refusal). */
-export function failureText(result: ChangeResult): string | null {
-  if (result.ok) return null;
-  const f = result.failure;
-  if (f.kind === "host_taken") return hostTakenText(f.host, f.owner);
-  return "message" in f ? f.message : f.kind;
+/** The failure's own words, or its kind when it has none (a 404/409 refusal); null when it applied. */
+export function outcomeText(outcome: ChangeOutcome): string | null {
+  if (outcome.kind === "applied") return null;
+  if (outcome.kind === "host_taken") return hostTakenText(outcome.host, outcome.owner);
+  return "message" in outcome ? outcome.message : outcome.kind;
 }
 
-/** The route that serves a host, as answers name it: its @id, or null for a route without one. */
-export const routeNamed = (owner: string | null): string =>
-  owner === null ? "a route without an @id" : `route ${owner}`;
-
-/** Why a route may not serve `host`: `owner` serves it. */
-export const hostTakenText = (host: string, owner: string | null): string =>
-  `host ${host} is served by ${routeNamed(owner)}`;
-
 /**
- * The route as Caddy holds it once a change settled: the new one when it applied (null after a removal),
- * the previous one when Caddy kept or got it back (null when there was none), null when the rollback failed
+ * The route as Caddy holds it once a change ended: the new one when it applied (null after a removal), the
+ * previous one when Caddy kept or got it back (null when there was none), null when the rollback failed
  * and what Caddy holds is not known.
  */
-function routeAfter(result: ChangeResult): RouteJson | null {
-  if (result.ok) return result.route;
-  return result.failure.kind === "rollback_failed" ? null : result.previous;
+function routeAfter({ outcome, previous }: ChangeEnd): RouteJson | null {
+  if (outcome.kind === "applied") return outcome.route;
+  return outcome.kind === "rollback_failed" ? null : previous;
 }
 
 export interface JournalOptions {
@@ -97,9 +88,9 @@ export interface JournalOptions {
 
 /**
  * The record of every route change and the events it sends: the state it replaces and its `route_backup`,
- * written in one transaction before Caddy is touched (`capture`, called by the writer); its outcome and
- * `route_change`, in one transaction once it settled (`settle`, called by the service). Both events carry
- * the route's ordering key for the receiver, so the outbox delivers the backup first.
+ * written in one transaction before Caddy is touched (`capture`); its outcome and `route_change`, in one
+ * transaction once it ended (`settle`); the writer calls both. Both events carry the route's ordering key
+ * for the receiver, so the outbox delivers the backup first.
  */
 export class ChangeJournal {
   /** Changes of this process not yet settled: a pending record not here was cut short by a stop of the agent. */
@@ -142,11 +133,11 @@ export class ChangeJournal {
    * event's first attempt once the backup's attempts have ended (the ordering key would hold it until then
    * anyway). A change never captured (Caddy unreachable, a 404/409) has no record to finish.
    */
-  settle(change: RecordedChange, result: ChangeResult): void {
+  settle(change: RecordedChange, end: ChangeEnd): void {
     const id = change.id;
     if (id === undefined) return;
-    const outcome = settledOutcome(result);
-    const error = failureText(result);
+    const outcome = recorded(end.outcome);
+    const error = outcomeText(end.outcome);
     const finishedAt = new Date().toISOString();
     let ev: string | null;
     try {
@@ -162,7 +153,7 @@ export class ChangeJournal {
             change_id: id,
             // A route_change receiver learns only whether the change happened: a refusal is a failure to it.
             outcome: outcome === "refused" ? "failed" : outcome,
-            route: routeAfter(result),
+            route: routeAfter(end),
             error: error === null ? null : withoutPaths(error),
             finished_at: finishedAt,
           },

@@ -14,15 +14,40 @@ export type Op =
   /** Create or replace, for routes the agent owns (the operator's). */
   | { kind: "put"; route: RouteJson & { "@id": string } };
 
-/** Why an op was refused: its id is taken or missing, or another route serves one of its exact hosts. */
-export type Refusal =
-  | { reason: "exists" | "not_found" }
-  /** `owner`: the @id of the route serving `host`, null for a route without one. */
-  | { reason: "host_taken"; host: string; owner: string | null };
+/**
+ * How a change ended: the one name each ending goes by, from the plan's verdict or Caddy's answer to the
+ * change's record (journal.ts), its log line and the error the API answers with (errors.ts `changeError`).
+ */
+export type ChangeOutcome =
+  /** Caddy holds the change; `route` is the route it wrote (null for a removal). */
+  | { kind: "applied"; route: RouteJson | null }
+  | Refusal
+  /** Caddy could not be reached or answered with an error; nothing was changed. */
+  | { kind: "unavailable"; message: string }
+  /** Caddy refused the new config and kept the old one. */
+  | { kind: "rejected"; message: string }
+  /** The change failed after Caddy may have changed, and the captured state was put back. */
+  | { kind: "rolled_back"; message: string }
+  /** The change failed and putting the captured state back failed too. */
+  | { kind: "rollback_failed"; message: string }
+  /** Recording the state it replaces failed, so the change was dropped before Caddy was touched. */
+  | { kind: "capture_failed"; message: string };
 
-export type PlanOutcome =
-  | { ok: true; previous: RouteJson | null; route: RouteJson | null }
-  | ({ ok: false } & Refusal);
+/** A 404/409 the plan finds: the id is taken or missing, or another route serves one of the route's exact hosts. */
+export type Refusal =
+  | { kind: "exists" | "not_found" }
+  /** `owner`: the @id of the route serving `host`, null for a route without one. */
+  | { kind: "host_taken"; host: string; owner: string | null };
+
+/** Whether an outcome is a 404/409 found before Caddy was touched. */
+export const isRefusal = (o: ChangeOutcome): o is Refusal =>
+  o.kind === "exists" || o.kind === "not_found" || o.kind === "host_taken";
+
+/** How a change ended, and the route it replaced (null when there was none, or it did not apply). */
+export interface ChangeEnd {
+  outcome: ChangeOutcome;
+  previous: RouteJson | null;
+}
 
 export const opId = (op: Op): string => (op.kind === "create" || op.kind === "put" ? op.route["@id"] : op.id);
 
@@ -130,7 +155,8 @@ function mayShadow(route: RouteJson, hosts: ReadonlySet<string>): boolean {
 
 export interface Plan {
   routes: RouteJson[];
-  outcomes: PlanOutcome[];
+  /** Each op's end as planned: applied, or refused. */
+  outcomes: ChangeEnd[];
   /** What one successful op did, for writing it as a single targeted change. */
   applied: { index: number; op: Op; at: number; wasPresent: boolean }[];
 }
@@ -156,7 +182,7 @@ export function plan(
 /** One plan under way: the routes as the ops so far left them, and what each op did. */
 class Planning {
   readonly routes: RouteJson[];
-  readonly outcomes: PlanOutcome[] = [];
+  readonly outcomes: ChangeEnd[] = [];
   readonly applied: Plan["applied"] = [];
   /** The hosts of the routes the ops write (lowercase). */
   private readonly newHosts: Set<string>;
@@ -191,7 +217,7 @@ class Planning {
     const at = this.indexOfId(id);
     switch (op.kind) {
       case "create":
-        if (at !== -1 || existsElsewhere.has(id)) this.outcomes.push({ ok: false, reason: "exists" });
+        if (at !== -1 || existsElsewhere.has(id)) this.refuse({ kind: "exists" });
         else if (!this.refusedForHost(op.route)) this.insert(op, index, op.route);
         return;
       case "put":
@@ -199,11 +225,11 @@ class Planning {
         else this.replaceAt(op, index, at, op.route);
         return;
       case "replace":
-        if (at === -1) this.outcomes.push({ ok: false, reason: "not_found" });
+        if (at === -1) this.refuse({ kind: "not_found" });
         else if (!this.refusedForHost(op.route)) this.replaceAt(op, index, at, op.route);
         return;
       case "delete":
-        if (at === -1) this.outcomes.push({ ok: false, reason: "not_found" });
+        if (at === -1) this.refuse({ kind: "not_found" });
         else this.remove(op, index, at, id);
         return;
     }
@@ -221,7 +247,7 @@ class Planning {
       const host = exactHosts(c).find((h) => hosts.has(h));
       if (host === undefined || !this.routes.includes(c)) continue;
       const owner = typeof c["@id"] === "string" ? c["@id"] : null;
-      this.outcomes.push({ ok: false, reason: "host_taken", host, owner });
+      this.refuse({ kind: "host_taken", host, owner });
       return true;
     }
     return false;
@@ -232,7 +258,7 @@ class Planning {
     this.routes.splice(pos, 0, route);
     if (mayShadow(route, this.newHosts)) this.candidates.add(route);
     if (this.firstWithId(route["@id"]) === undefined) this.touched.set(route["@id"], route);
-    this.outcomes.push({ ok: true, previous: null, route });
+    this.outcomes.push({ outcome: { kind: "applied", route }, previous: null });
     this.applied.push({ index, op, at: pos, wasPresent: false });
   }
 
@@ -241,7 +267,7 @@ class Planning {
     this.routes[at] = route;
     if (mayShadow(route, this.newHosts)) this.candidates.add(route);
     this.touched.set(route["@id"], route);
-    this.outcomes.push({ ok: true, previous, route });
+    this.outcomes.push({ outcome: { kind: "applied", route }, previous });
     this.applied.push({ index, op, at, wasPresent: true });
   }
 
@@ -250,8 +276,12 @@ class Planning {
     this.routes.splice(at, 1);
     // Caddy before 2.11.2 accepts one id twice: the next route holding it is then the first.
     this.touched.set(id, this.routes.find((r) => r["@id"] === id) ?? null);
-    this.outcomes.push({ ok: true, previous, route: null });
+    this.outcomes.push({ outcome: { kind: "applied", route: null }, previous });
     this.applied.push({ index, op, at, wasPresent: true });
+  }
+
+  private refuse(refusal: Refusal): void {
+    this.outcomes.push({ outcome: refusal, previous: null });
   }
 
   private firstWithId(id: string): RouteJson | undefined {

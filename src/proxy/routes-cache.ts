@@ -1,8 +1,8 @@
 import { deflateRawSync, inflateRawSync } from "node:zlib";
 import { goJson } from "../caddy/etag.js";
 import { collectWhenIdle } from "../util/idle-gc.js";
-import type { RoutesState } from "./caddy-routes.js";
-import { indexRoutes, type RouteJson } from "./plan.js";
+import { type RoutesState, routesStateFrom, routesStateOf } from "./caddy-routes.js";
+import type { RouteJson } from "./plan.js";
 
 /**
  * How long routes parsed for the next change are kept after the last read; then only Caddy's text is,
@@ -77,7 +77,10 @@ export class RoutesCache {
     const c = this.held;
     if (c === undefined || "routes" in c) return c;
     if ("written" in c) {
-      const state: RoutesState = { ...stateOf(c.written, this.etagOf(c.written)), etagComputed: true };
+      const state: RoutesState = {
+        ...routesStateFrom(c.written, this.etagOf(c.written)),
+        etagComputed: true,
+      };
       this.hold(state);
       this.parsed(state);
       this.keepParsed(state, undefined);
@@ -128,14 +131,4 @@ export class RoutesCache {
     );
     collectWhenIdle();
   }
-}
-
-/** The state of an existing server from Caddy's answer for its routes path (`null` when it has no routes key). */
-export function routesStateOf(text: string, etag: string): RoutesState {
-  const parsed = JSON.parse(text) as RouteJson[] | null;
-  return { ...stateOf(parsed ?? [], etag), routesPresent: parsed !== null };
-}
-
-function stateOf(routes: RouteJson[], etag: string): RoutesState {
-  return { serverExists: true, routesPresent: true, routes, index: indexRoutes(routes), etag };
 }

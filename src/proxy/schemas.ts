@@ -190,7 +190,7 @@ export const proxySharedSchemas = [
 ];
 
 export type ChangeOperation = (typeof CHANGE_OPERATIONS)[number];
-export type ChangeOutcome = (typeof CHANGE_OUTCOMES)[number];
+export type HistoryOutcome = (typeof CHANGE_OUTCOMES)[number];
 export type RouteDeleteRequest = Static<typeof RouteDeleteRequestSchema>;
 export type RouteRestoreRequest = Static<typeof RouteRestoreRequestSchema>;
 export type RouteIdParams = Static<typeof RouteIdParamsSchema>;

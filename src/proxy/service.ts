@@ -4,38 +4,29 @@ import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
 import { buildRoute } from "./build-route.js";
+import type { RoutesStore } from "./caddy-routes.js";
 import { type ConnectionSettings, conformCaddy } from "./conformance.js";
 import {
   ChangeNotFoundError,
-  ChangeNotRecordedError,
-  ChangeRejectedError,
-  HostTakenError,
+  changeError,
   OperatorDomainReservedError,
   OperatorRouteImmutableError,
   ProxyUnavailableError,
   RestoreConflictError,
-  RollbackFailedError,
   RouteExistsError,
   RouteIdMismatchError,
   RouteNotFoundError,
   RouteNotWrittenError,
 } from "./errors.js";
 import { type ChangeView, changeView, type RestoreResult, restoreConflict, restorePlan } from "./history.js";
-import {
-  type ChangeAbout,
-  type ChangeJournal,
-  failureText,
-  hostTakenText,
-  RecordedChange,
-  settledOutcome,
-} from "./journal.js";
+import { type ChangeAbout, type ChangeJournal, outcomeText, RecordedChange, recorded } from "./journal.js";
 import { operatorHostOf, requestFieldOf } from "./operator-host.js";
-import { type Op, opId, type RouteJson } from "./plan.js";
+import { isRefusal, type Op, opId, type Refusal, type RouteJson } from "./plan.js";
 import type { RouteWriteRequest } from "./schemas.js";
 import type { RouteChangeStore, SettledOutcome } from "./store.js";
 import { withStreamCloseDelay } from "./streams.js";
 import { dialsOf, type UpstreamCheck } from "./upstream-check.js";
-import type { ChangeResult, RouteWriter, WriteFailure } from "./writer.js";
+import type { ChangeAnswer, RouteWriter } from "./writer.js";
 import { writtenRequest } from "./written-request.js";
 
 /** Who asked for a change, recorded with it and sent in its events. */
@@ -45,7 +36,9 @@ export interface ChangeContext {
 }
 
 export interface RouteServiceOptions {
-  writer: RouteWriter<RecordedChange>;
+  writer: RouteWriter;
+  /** Where the routes are read (the writer writes them through the same store). */
+  routes: RoutesStore;
   journal: ChangeJournal;
   store: RouteChangeStore;
   /** Normalised id of the operator's route, if configured. */
@@ -66,14 +59,10 @@ interface ChangeOptions {
   /** For a restore: the change whose captured state it puts back. */
   restoredFrom?: number;
   /** The error when the route is not where the change needs it (404/409 of the plan), if not the usual. */
-  conflict?: (refusal: Refused) => Error;
+  conflict?: (refusal: Refusal) => Error;
 }
 
 const NO_REQUEST: ChangeContext = { requestId: null };
-
-type Refused = Extract<WriteFailure, { kind: "exists" | "not_found" | "host_taken" }>;
-const isRefusal = (f: WriteFailure): f is Refused =>
-  f.kind === "exists" || f.kind === "not_found" || f.kind === "host_taken";
 
 /** Runs a read of Caddy; Caddy unreachable or answering with an error is ProxyUnavailableError. */
 async function proxied<T>(read: () => Promise<T>): Promise<T> {
@@ -88,9 +77,9 @@ async function proxied<T>(read: () => Promise<T>): Promise<T> {
 
 /**
  * Route management: keeps the operator's route out of reach of the API, turns requests into the routes the
- * agent writes, and takes each change through the writer, which batches it with concurrent ones and has
- * the journal record the state it replaces before Caddy is touched; once it settled, the journal records
- * its outcome and the answer waits for the first attempts of its callbacks.
+ * agent writes, and hands each change to the writer, which batches it with concurrent ones and has the
+ * journal record the state it replaces before Caddy is touched and how it ended after; the answer then
+ * waits for the first attempts of its callbacks. Reads go to the routes store.
  */
 export class RouteService {
   private conforming: Promise<void> = Promise.resolve();
@@ -103,7 +92,7 @@ export class RouteService {
 
   /** The managed server's routes, read from Caddy now: Caddy's bytes, neither held whole nor parsed. */
   list(): Promise<Readable | string> {
-    return proxied(() => this.o.writer.routesStream());
+    return proxied(() => this.o.routes.stream());
   }
 
   /** One route of the managed server, read from Caddy now. */
@@ -233,7 +222,7 @@ export class RouteService {
   }
 
   private find(routeId: string): Promise<RouteJson | undefined> {
-    return proxied(() => this.o.writer.route(routeId));
+    return proxied(() => this.o.routes.route(routeId));
   }
 
   /** The route a write request makes; `access_log` only where the agent has a folder for the files. */
@@ -280,8 +269,8 @@ export class RouteService {
   }
 
   /**
-   * One change: through the writer (which has the journal capture it before Caddy is touched), then its
-   * outcome recorded, counted and logged, then its callbacks' first attempts awaited, then the answer.
+   * One change: through the writer (whose journal records it before Caddy is touched and how it ended
+   * after), then counted and logged, then its callbacks' first attempts awaited, then the answer.
    */
   private async change(
     op: Op,
@@ -302,18 +291,17 @@ export class RouteService {
       request_id: ctx.requestId,
     };
     const change = new RecordedChange(delayed, about, callbackUrl ?? undefined);
-    const result = await this.o.writer.submit(change);
-    const outcome = settledOutcome(result);
+    const answer = await this.o.writer.submit(change);
+    const outcome = recorded(answer.outcome);
     // Counted here rather than with the record: a change Caddy was unreachable for fails before it has one.
     this.o.metrics?.routeChanges.inc({ operation, outcome });
-    this.o.journal.settle(change, result);
-    this.logChange(change, result, outcome, performance.now() - started);
+    this.logChange(change, answer, outcome, performance.now() - started);
     await this.o.journal.delivered(change);
-    if (!result.ok) {
-      if (conflict && isRefusal(result.failure)) throw conflict(result.failure);
-      throw changeFailed(result.failure, about.route_id, result.previous);
-    }
-    return { previous: result.previous, route: result.route, changeId: change.id };
+    const ended = answer.outcome;
+    if (ended.kind === "applied")
+      return { previous: answer.previous, route: ended.route, changeId: answer.changeId };
+    if (conflict && isRefusal(ended)) throw conflict(ended);
+    throw changeError(ended, about.route_id, answer.previous);
   }
 
   /**
@@ -321,8 +309,8 @@ export class RouteService {
    * of the route it removed), how it ended, with how many changes it went to Caddy, how long it took from
    * the request to its outcome, and the request id the caller gave (or the agent generated).
    */
-  private logChange(change: RecordedChange, result: ChangeResult, outcome: SettledOutcome, ms: number): void {
-    const error = failureText(result);
+  private logChange(change: RecordedChange, answer: ChangeAnswer, outcome: SettledOutcome, ms: number): void {
+    const error = outcomeText(answer.outcome);
     const { op, about } = change;
     const fields = {
       operation: about.operation,
@@ -330,14 +318,14 @@ export class RouteService {
       ...(about.restored_from === undefined ? {} : { restored_from: about.restored_from }),
       request_id: about.request_id,
       change_id: change.id ?? null,
-      upstreams: dialsOf(op.kind === "delete" ? result.previous : op.route),
+      upstreams: dialsOf(op.kind === "delete" ? answer.previous : op.route),
       outcome,
-      batch_size: result.batchSize,
+      batch_size: answer.batchSize,
       duration_ms: Math.round(ms * 10) / 10,
       ...(error === null ? {} : { error }),
     };
     const line = `route ${about.route_id}: ${about.operation} ${outcome}`;
-    if (result.ok || outcome === "refused") this.o.log.info(fields, line);
+    if (outcome === "applied" || outcome === "refused") this.o.log.info(fields, line);
     else this.o.log.warn(fields, line);
   }
 }
@@ -354,25 +342,4 @@ function refused(found: InputIssue[] | Promise<InputIssue[]>): Promise<void> | u
   if (!Array.isArray(found)) return found.then(refuse);
   refuse(found);
   return undefined;
-}
-
-/** The error a change that did not apply answers with. */
-function changeFailed(f: WriteFailure, id: string, previous: RouteJson | null): Error {
-  switch (f.kind) {
-    case "exists":
-      return new RouteExistsError(`a route with @id ${id} already exists in Caddy's config`);
-    case "not_found":
-      return new RouteNotFoundError(`the managed server has no route with @id ${id}`);
-    case "host_taken":
-      return new HostTakenError(hostTakenText(f.host, f.owner), f.host, f.owner);
-    case "unavailable":
-    case "rolled_back":
-      return new ProxyUnavailableError(f.message);
-    case "rejected":
-      return new ChangeRejectedError(f.message);
-    case "rollback_failed":
-      return new RollbackFailedError(f.message, previous);
-    case "capture_failed":
-      return new ChangeNotRecordedError(f.message);
-  }
 }

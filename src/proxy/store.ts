@@ -1,5 +1,5 @@
 import type { Db, Migration } from "../store/db.js";
-import type { ChangeOperation, ChangeOutcome } from "./schemas.js";
+import type { ChangeOperation, HistoryOutcome } from "./schemas.js";
 
 export const proxyMigrations: Migration[] = [
   {
@@ -54,7 +54,7 @@ export const proxyMigrations: Migration[] = [
 ];
 
 /** How a change that reached its end is recorded. */
-export type SettledOutcome = Exclude<ChangeOutcome, "pending" | "interrupted">;
+export type SettledOutcome = Exclude<HistoryOutcome, "pending" | "interrupted">;
 
 /** A row of `route_changes`. */
 export interface ChangeRow {

@@ -1,59 +1,26 @@
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
-import type { CaddyRoutes, RoutesState } from "./caddy-routes.js";
-import { type Op, type Plan, plan, type Refusal, type RouteJson } from "./plan.js";
+import type { RoutesState, RoutesStore } from "./caddy-routes.js";
+import type { ChangeJournal, RecordedChange } from "./journal.js";
+import { type ChangeEnd, type ChangeOutcome, opId, type Plan, plan, type RouteJson } from "./plan.js";
 import { sameRoute } from "./streams.js";
 
-export type WriteFailure =
-  | { kind: "exists" | "not_found" }
-  /** Another route (`owner`, its @id or null) serves `host`. */
-  | { kind: "host_taken"; host: string; owner: string | null }
-  /** Caddy could not be reached; nothing was changed. */
-  | { kind: "unavailable"; message: string }
-  /** Caddy refused the new config and kept the old one. */
-  | { kind: "rejected"; message: string }
-  /** The change failed after Caddy may have changed, and the captured state was put back. */
-  | { kind: "rolled_back"; message: string }
-  /** The change failed and putting the captured state back failed too. */
-  | { kind: "rollback_failed"; message: string }
-  /** Capturing the state it replaces failed, so the change was dropped before Caddy was touched. */
-  | { kind: "capture_failed"; message: string };
-
-/**
- * How a change ended. `batchSize`: how many changes went to Caddy in the same config write as this one
- * (the last write that carried it), 0 when it never reached Caddy (a 404/409, Caddy unreachable).
- */
-export type ChangeResult = (
-  | { ok: true; previous: RouteJson | null; route: RouteJson | null }
-  | { ok: false; previous: RouteJson | null; failure: WriteFailure }
-) & { batchSize: number };
-
-/** What the writer needs of a change: the operation. The journal's changes carry their record besides. */
-export interface WriterChange {
-  readonly op: Op;
-}
-
-/**
- * Records the state a change replaces before Caddy is touched. Called for every change a plan will apply,
- * again for a change planned anew (see `WriteSteps.run`); a throw drops that change alone.
- */
-export interface Capture<C extends WriterChange> {
-  capture(change: C, previous: RouteJson | null): void;
-}
-
-/** A queued change and how it is answered. */
-export interface Pending<C extends WriterChange> {
-  change: C;
-  answer: (r: ChangeResult) => void;
+/** A queued change and how it is answered (see `RouteWriter.submit`). */
+export interface Pending {
+  change: RecordedChange;
+  /** Records how the change ended and hands the answer to whoever submitted it; only the first call counts. */
+  answer: (end: ChangeEnd) => void;
+  /** How many changes went to Caddy in the write that last carried this one; 0 when none did. */
   batchSize: number;
+  /** The state it replaces, as last planned. */
   previous: RouteJson | null;
   /** When the writer got it (performance.now()). */
   arrivedAt: number;
 }
 
 /** Changes taken to Caddy together, and whether an If-Match failure may still re-read and re-apply them. */
-interface Step<C extends WriterChange> {
-  changes: Pending<C>[];
+interface Step {
+  changes: Pending[];
   mayRetry: boolean;
 }
 
@@ -62,39 +29,51 @@ interface Step<C extends WriterChange> {
  * that cannot answer its changes yet puts them back at the front: to plan them again on a fresh read (the
  * cached routes may be stale, or If-Match failed), or as two halves when Caddy refused them together, so
  * each half is answered before the next step starts. Every step plans its changes against what Caddy holds
- * and captures, before writing, the state each applied change replaces (see `captureAll`).
+ * and captures, through the journal, the state each applied change replaces before writing (see
+ * `captureAll`); each change's answer records how it ended (see `Pending.answer`).
  */
-export class WriteSteps<C extends WriterChange> {
+export class WriteSteps {
   private wrote = false;
+  /** Caddy's answer about each id asked for the batch under way or gathering: each is asked once per batch. */
+  private readonly inUse = new Map<string, Promise<Set<string>>>();
 
   constructor(
-    private readonly caddy: CaddyRoutes,
-    private readonly journal: Capture<C>,
+    private readonly routes: RoutesStore,
+    private readonly journal: Pick<ChangeJournal, "capture">,
     private readonly log: Logger,
   ) {}
 
   /** Answers every change of `batch`; true when it wrote to Caddy (the routes' new ETag is then still to be known). */
-  async run(batch: Pending<C>[]): Promise<boolean> {
+  async run(batch: Pending[]): Promise<boolean> {
     this.wrote = false;
-    const steps: Step<C>[] = [{ changes: batch, mayRetry: true }];
-    for (let step = steps.shift(); step !== undefined; step = steps.shift())
-      steps.unshift(...(await this.step(step)));
-    return this.wrote;
+    try {
+      const steps: Step[] = [{ changes: batch, mayRetry: true }];
+      for (let step = steps.shift(); step !== undefined; step = steps.shift())
+        steps.unshift(...(await this.step(step)));
+      return this.wrote;
+    } finally {
+      this.inUse.clear();
+    }
+  }
+
+  /**
+   * Starts asking Caddy about the ids the creates among `changes` would take while their batch is still
+   * gathering, so the answers are in by the time it is planned (see `elsewhere`).
+   */
+  lookUp(changes: readonly Pending[]): void {
+    this.ask(createdIds(changes));
   }
 
   /** One step; returns the steps it leaves to do (none once its changes are answered). */
-  private async step({ changes, mayRetry }: Step<C>): Promise<Step<C>[]> {
+  private async step({ changes, mayRetry }: Step): Promise<Step[]> {
     let known: { state: RoutesState; cached: boolean };
     let elsewhere: Set<string>;
     try {
-      known = await this.caddy.current();
-      elsewhere = await this.caddy.idsElsewhere(
-        changes.map((x) => x.change.op),
-        known.state,
-      );
+      known = await this.routes.current();
+      elsewhere = await this.elsewhere(changes, known.state);
     } catch (err) {
-      this.caddy.forget();
-      for (const p of changes) answer(p, { ok: false, previous: p.previous, failure: failureOf(err) });
+      this.routes.forget();
+      for (const p of changes) p.answer({ outcome: failureOf(err), previous: p.previous });
       return [];
     }
     const { state } = known;
@@ -106,32 +85,50 @@ export class WriteSteps<C extends WriterChange> {
     );
     // A 404 or 409, or a change that changes nothing, never reaches Caddy, so no If-Match would catch a
     // stale cache: confirm it on a fresh read.
-    if (known.cached && (first.outcomes.some((o) => !o.ok) || changesNothing(first))) {
-      this.caddy.forget();
+    if (known.cached && (first.outcomes.some((o) => o.outcome.kind !== "applied") || changesNothing(first))) {
+      this.routes.forget();
       return [{ changes, mayRetry }];
     }
     const { live, p } = this.captureAll(changes, state, elsewhere, first);
     // Every reload closes idle keep-alive connections (and, without stream_close_delay, streams): a
     // change that leaves every route as Caddy holds it is answered without one.
     if (p.applied.length === 0 || changesNothing(p)) {
-      settle(live, p);
+      answerAll(live, p);
       return [];
     }
     return this.write(live, p, state, mayRetry);
   }
 
+  /**
+   * The ids the changes' creates would take that Caddy's config holds outside the routes `state` holds: ids
+   * are global in Caddy, so one used by another server or app refuses the create (409). Caddy is asked about
+   * each id once per batch, and only about ids the routes do not answer for.
+   */
+  private async elsewhere(changes: Pending[], state: RoutesState): Promise<Set<string>> {
+    const unknown = createdIds(changes).filter((id) => !state.index.first.has(id));
+    this.ask(unknown);
+    const held = new Set<string>();
+    for (const id of unknown) if ((await this.inUse.get(id))?.has(id)) held.add(id);
+    return held;
+  }
+
+  /** Asks Caddy which of `ids` its config holds, for those not asked yet in this batch. */
+  private ask(ids: readonly string[]): void {
+    const fresh = [...new Set(ids)].filter((id) => !this.inUse.has(id));
+    if (fresh.length === 0) return;
+    const found = this.routes.idsInUse(fresh);
+    // A failure is answered by the step that awaits it; one asked for a batch that never needs it is moot.
+    found.catch(() => {});
+    for (const id of fresh) this.inUse.set(id, found);
+  }
+
   /** Writes a captured plan and answers its changes, or says what is left to do. */
-  private async write(
-    live: Pending<C>[],
-    p: Plan,
-    state: RoutesState,
-    mayRetry: boolean,
-  ): Promise<Step<C>[]> {
+  private async write(live: Pending[], p: Plan, state: RoutesState, mayRetry: boolean): Promise<Step[]> {
     for (const a of p.applied) {
       const pending = live[a.index];
       if (pending) pending.batchSize = p.applied.length;
     }
-    const written = await this.caddy.write(state, p);
+    const written = await this.routes.write(state, p);
     switch (written.kind) {
       case "stale":
         if (mayRetry) return [{ changes: live, mayRetry: false }];
@@ -140,21 +137,19 @@ export class WriteSteps<C extends WriterChange> {
           message: "Caddy's config kept changing under the agent (If-Match failed twice)",
         });
         return [];
-      case "refused":
+      case "rejected":
         if (p.applied.length > 1) return halves(live, p).map((h) => ({ changes: h, mayRetry: true }));
-        failApplied(live, p, { kind: "rejected", message: written.message });
+        failApplied(live, p, written);
         return [];
-      case "not_sent":
-        failApplied(live, p, { kind: "unavailable", message: written.message });
+      case "unavailable":
+        failApplied(live, p, written);
         return [];
       case "uncertain":
         failApplied(live, p, await this.restore(state, `the change did not complete: ${written.message}`));
         return [];
       case "written":
-        // Verified by Caddy's answer (see CaddyRoutes.written).
-        this.caddy.written(p);
         this.wrote = true;
-        settle(live, p);
+        answerAll(live, p);
         return [];
     }
   }
@@ -167,26 +162,25 @@ export class WriteSteps<C extends WriterChange> {
    * one it captured before; its outcome and `route_change` follow once it is answered, whatever step that is.
    */
   private captureAll(
-    changes: Pending<C>[],
+    changes: Pending[],
     state: RoutesState,
     elsewhere: Set<string>,
     first: Plan,
-  ): { live: Pending<C>[]; p: Plan } {
+  ): { live: Pending[]; p: Plan } {
     let live = changes;
     for (let p = first; ; ) {
-      const dropped: Pending<C>[] = [];
+      const dropped: Pending[] = [];
       live.forEach((pending, i) => {
-        const outcome = p.outcomes[i];
-        pending.previous = outcome?.ok ? outcome.previous : null;
-        if (!outcome?.ok) return;
+        const end = p.outcomes[i];
+        pending.previous = end?.previous ?? null;
+        if (end?.outcome.kind !== "applied") return;
         try {
-          this.journal.capture(pending.change, outcome.previous);
+          this.journal.capture(pending.change, end.previous);
         } catch (err) {
           dropped.push(pending);
-          answer(pending, {
-            ok: false,
-            previous: outcome.previous,
-            failure: { kind: "capture_failed", message: (err as Error).message },
+          pending.answer({
+            outcome: { kind: "capture_failed", message: (err as Error).message },
+            previous: end.previous,
           });
         }
       });
@@ -202,10 +196,10 @@ export class WriteSteps<C extends WriterChange> {
   }
 
   /** Puts the captured routes back after a change failed; the failure says whether that worked. */
-  private async restore(before: RoutesState, why: string): Promise<WriteFailure> {
+  private async restore(before: RoutesState, why: string): Promise<ChangeOutcome> {
     this.log.warn({ why }, "route change failed; restoring the captured state");
     try {
-      await this.caddy.restore(before);
+      await this.routes.restore(before);
       return { kind: "rolled_back", message: `${why}; the previous routes were restored` };
     } catch (err) {
       this.log.error({ err, why }, "restoring the captured routes failed");
@@ -217,35 +211,24 @@ export class WriteSteps<C extends WriterChange> {
   }
 }
 
-/** A result as the steps produce it; `answer` adds the batch size. */
-type Answer = DistributiveOmit<ChangeResult, "batchSize">;
-type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+/** The ids the creates among `changes` would take. */
+const createdIds = (changes: readonly Pending[]): string[] =>
+  changes.flatMap(({ change: { op } }) => (op.kind === "create" ? [opId(op)] : []));
 
-function answer<C extends WriterChange>(pending: Pending<C>, r: Answer): void {
-  pending.answer({ ...r, batchSize: pending.batchSize });
-}
-
-/** A planned 404/409 as the change's failure. */
-const refusal = (r: Refusal): WriteFailure =>
-  r.reason === "host_taken" ? { kind: "host_taken", host: r.host, owner: r.owner } : { kind: r.reason };
-
-/** Every change gets its planned outcome. */
-function settle<C extends WriterChange>(live: Pending<C>[], p: Plan): void {
+/** Every change gets its planned end. */
+function answerAll(live: Pending[], p: Plan): void {
   live.forEach((pending, i) => {
-    const o = p.outcomes[i];
-    if (!o) return;
-    if (o.ok) answer(pending, { ok: true, previous: o.previous, route: o.route });
-    else answer(pending, { ok: false, previous: null, failure: refusal(o) });
+    const end = p.outcomes[i];
+    if (end) pending.answer(end);
   });
 }
 
-/** The applied changes fail with `failure`; the others keep their planned 404/409. */
-function failApplied<C extends WriterChange>(live: Pending<C>[], p: Plan, failure: WriteFailure): void {
+/** The applied changes end in `failure`; the others keep their planned 404/409. */
+function failApplied(live: Pending[], p: Plan, failure: ChangeOutcome): void {
   live.forEach((pending, i) => {
-    const o = p.outcomes[i];
-    if (!o) return;
-    if (o.ok) answer(pending, { ok: false, previous: o.previous, failure });
-    else answer(pending, { ok: false, previous: null, failure: refusal(o) });
+    const end = p.outcomes[i];
+    if (end)
+      pending.answer(end.outcome.kind === "applied" ? { outcome: failure, previous: end.previous } : end);
   });
 }
 
@@ -253,7 +236,7 @@ function failApplied<C extends WriterChange>(live: Pending<C>[], p: Plan, failur
  * Splits a batch Caddy refused in two, so only the changes it refuses on their own fail. Changes that did
  * not apply (404/409) are re-planned with their neighbours: the cut falls between applied ones.
  */
-function halves<C extends WriterChange>(live: Pending<C>[], p: Plan): [Pending<C>[], Pending<C>[]] {
+function halves(live: Pending[], p: Plan): [Pending[], Pending[]] {
   const appliedIdx = new Set(p.applied.map((a) => a.index));
   const positions = live.map((_, i) => i).filter((i) => appliedIdx.has(i));
   const cut = positions[Math.floor(positions.length / 2)] ?? Math.ceil(live.length / 2);
@@ -266,13 +249,18 @@ function changesNothing(p: Plan): boolean {
     p.applied.length > 0 &&
     p.applied.every(({ index, op }) => {
       const o = p.outcomes[index];
-      return op.kind !== "delete" && o?.ok === true && o.previous !== null && sameRoute(o.previous, o.route);
+      return (
+        op.kind !== "delete" &&
+        o?.outcome.kind === "applied" &&
+        o.previous !== null &&
+        sameRoute(o.previous, o.outcome.route)
+      );
     })
   );
 }
 
 /** A read that failed before anything was written: Caddy unreachable, or answering with an error. */
-function failureOf(err: unknown): WriteFailure {
+function failureOf(err: unknown): ChangeOutcome {
   if (err instanceof CaddyUnavailableError) return { kind: "unavailable", message: err.message };
   if (err instanceof CaddyApiError)
     return { kind: "unavailable", message: `Caddy answered ${err.status}: ${err.message}` };

@@ -1,21 +1,13 @@
-import type { Readable } from "node:stream";
 import { setImmediate } from "node:timers/promises";
 import type { Logger } from "pino";
-import { type CaddyAdmin, CaddyApiError } from "../caddy/admin.js";
-import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
+import { CaddyApiError } from "../caddy/admin.js";
+import type { CaddyConfigFields, ConfigField } from "../caddy/config-fields.js";
 import type { Metrics } from "../metrics/metrics.js";
-import { CaddyRoutes, type CaddyRoutesOptions } from "./caddy-routes.js";
+import type { RoutesStore } from "./caddy-routes.js";
 import { GatherWindow, type GatherWindowOptions } from "./gather-window.js";
-import type { Op, RouteJson } from "./plan.js";
-import {
-  type Capture,
-  type ChangeResult,
-  type Pending,
-  type WriterChange,
-  WriteSteps,
-} from "./write-step.js";
-
-export type { ChangeResult, WriteFailure, WriterChange } from "./write-step.js";
+import type { ChangeJournal, RecordedChange } from "./journal.js";
+import type { ChangeEnd, Op, RouteJson } from "./plan.js";
+import { type Pending, WriteSteps } from "./write-step.js";
 
 /**
  * The first change of a batch waits at most 10% of what the last write took from its arrival (140 ms at
@@ -26,9 +18,18 @@ export type { ChangeResult, WriteFailure, WriterChange } from "./write-step.js";
  */
 export const GATHER: GatherWindowOptions = { share: 0.1, maxMs: 250, quietMs: 10 };
 
-export interface WriterOptions<C extends WriterChange> extends CaddyRoutesOptions {
-  /** Where the state each change replaces is recorded before Caddy is touched. */
-  journal: Capture<C>;
+/**
+ * How a change ended, as its submitter gets it: its outcome and the route it replaced, with how many changes
+ * went to Caddy in the write that carried it (0 when none did) and the id of its record (none when it never
+ * got one: Caddy unreachable, a 404/409).
+ */
+export type ChangeAnswer = ChangeEnd & { batchSize: number; changeId: number | undefined };
+
+export interface WriterOptions {
+  /** Where each change's record is kept: the state it replaces before Caddy is touched, how it ended after. */
+  journal: Pick<ChangeJournal, "capture" | "settle">;
+  /** Caddy's config outside the routes, which `conform` brings in line. */
+  config: CaddyConfigFields;
   log: Logger;
   /** Upper bound of changes sent to Caddy as one config change. */
   maxBatch?: number;
@@ -70,49 +71,63 @@ export interface Conformance {
  * next write takes all of them as one Caddy config change (Caddy reloads its whole config per change, so a
  * batch costs what one change costs); a change that arrives while the writer is idle waits a moment for
  * others to go with it, as long as that is small beside what a write costs (GatherWindow). Every
- * write carries If-Match, is verified by Caddy's answer to it (see CaddyRoutes.written), and is undone
- * when it fails after Caddy may have changed (see WriteSteps). Data goes one way: a change comes in with
- * `submit`, the journal records what it replaces, Caddy gets it, and the answer goes back to the caller.
+ * write carries If-Match, is verified by Caddy's answer to it, and is undone when it fails after Caddy may
+ * have changed (see WriteSteps). Data goes one way: a change comes in with `submit`, the journal records
+ * what it replaces, Caddy gets it, the journal records how it ended, and the answer goes back to the caller.
  */
-export class RouteWriter<C extends WriterChange = WriterChange> {
-  private readonly queue: Pending<C>[] = [];
+export class RouteWriter {
+  private readonly queue: Pending[] = [];
   private busy = false;
   /** A change was written: the routes' new ETag still has to be computed (or read). */
   private refreshDue = false;
   private idleWaiters: (() => void)[] = [];
   /** Work that needs the routes to itself (see `exclusive`), run between batches. */
   private readonly chores: (() => Promise<void>)[] = [];
-  private readonly caddy: CaddyRoutes;
-  private readonly fields: CaddyConfigFields;
-  private readonly steps: WriteSteps<C>;
+  private readonly steps: WriteSteps;
   private readonly maxBatch: number;
   private readonly gather: GatherWindow;
   /** Changes submitted so far: what the gather window watches for. */
   private arrivals = 0;
   /** The hooks' `idle` is due once no change is queued. */
   private followUpDue = false;
+  /** The first queued change waits for others (see `next`): one arriving now has its id looked up meanwhile. */
+  private gathering = false;
 
   constructor(
-    admin: CaddyAdmin,
-    private readonly opts: WriterOptions<C>,
+    private readonly routes: RoutesStore,
+    private readonly opts: WriterOptions,
   ) {
-    this.caddy = new CaddyRoutes(admin, opts);
-    this.fields = new CaddyConfigFields(admin);
-    this.steps = new WriteSteps(this.caddy, opts.journal, opts.log);
+    this.steps = new WriteSteps(routes, opts.journal, opts.log);
     this.maxBatch = opts.maxBatch ?? 500;
     this.gather = new GatherWindow(opts.gather ?? GATHER);
   }
 
-  submit(change: C): Promise<ChangeResult> {
-    return new Promise((resolve) => {
-      this.queue.push({
+  /**
+   * Takes `change` to Caddy with the changes queued beside it and answers how it ended, once the journal
+   * has recorded that (a failure to record it rejects the answer).
+   */
+  submit(change: RecordedChange): Promise<ChangeAnswer> {
+    return new Promise((resolve, reject) => {
+      let answered = false;
+      const pending: Pending = {
         change,
-        answer: resolve,
         batchSize: 0,
         previous: null,
         arrivedAt: performance.now(),
-      });
+        answer: (end) => {
+          if (answered) return;
+          answered = true;
+          try {
+            this.opts.journal.settle(change, end);
+            resolve({ ...end, batchSize: pending.batchSize, changeId: change.id });
+          } catch (err) {
+            reject(err);
+          }
+        },
+      };
+      this.queue.push(pending);
       this.arrivals++;
+      if (this.gathering) this.steps.lookUp([pending]);
       void this.drain();
     });
   }
@@ -141,21 +156,6 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     });
   }
 
-  /** The managed server's routes, read from Caddy now (not queued behind changes), as Caddy's own JSON text. */
-  routesText(): Promise<string> {
-    return this.caddy.text();
-  }
-
-  /** The same as `routesText`, as Caddy's bytes passed on while they arrive. */
-  routesStream(): Promise<Readable | string> {
-    return this.caddy.stream();
-  }
-
-  /** One route of the managed server, read from Caddy now; undefined when it has none with that id. */
-  route(id: string): Promise<RouteJson | undefined> {
-    return this.caddy.route(id);
-  }
-
   /**
    * Brings the fields of `c` and every route in line with it, each field and the routes as one config
    * change made only when it differs (the fields first: the local CA's trust is set before anything can
@@ -165,11 +165,12 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
    * with the routes to itself.
    */
   async conform(c: Conformance): Promise<{ routes: number; fields: string[] }> {
-    const [text, differing] = await Promise.all([this.caddy.text(), this.fields.differing(c.fields)]);
+    const config = this.opts.config;
+    const [text, differing] = await Promise.all([this.routes.text(), config.differing(c.fields)]);
     if (c.routesConform(text) && differing.length === 0) return { routes: 0, fields: [] };
     return this.exclusive(async () => {
-      const fields = await this.fields.conform(c.fields);
-      const routes = await this.caddy.conform(
+      const fields = await config.conform(c.fields);
+      const routes = await this.routes.conform(
         (r) => c.conformRoute(r),
         (t) => c.routesConform(t),
       );
@@ -208,7 +209,7 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     const chore = this.chores.shift();
     if (chore) {
       await chore();
-      this.caddy.forget();
+      this.routes.forget();
       return;
     }
     const hooks = this.opts.hooks;
@@ -223,7 +224,7 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
       // routes the computation takes tens of milliseconds, and ran before them).
       this.refreshDue = false;
       await setImmediate();
-      await this.caddy.refresh();
+      await this.routes.refresh();
       return;
     }
     // The first change waits for the rest of its burst, counted from its arrival: a burst that finds the
@@ -231,7 +232,11 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     // goes in this same turn: not even a microtask lets a chore in ahead of it.
     const waited = performance.now() - (this.queue[0]?.arrivedAt ?? 0);
     if (this.chores.length === 0 && this.gather.leftMs(waited) > 0) {
+      // Caddy is asked about the ids the burst's creates would take while it gathers, not after.
+      this.steps.lookUp(this.queue);
+      this.gathering = true;
       await this.gather.gather(() => this.arrivals, waited);
+      this.gathering = false;
       if (this.chores.length > 0) return;
     }
     const batch = await this.prepared(this.queue.splice(0, this.maxBatch));
@@ -248,9 +253,9 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
       }
     } catch (err) {
       this.opts.log.error({ err }, "route writer failed unexpectedly");
-      this.caddy.forget();
-      const failure = { kind: "unavailable" as const, message: (err as Error).message };
-      for (const p of batch) p.answer({ ok: false, previous: p.previous, failure, batchSize: p.batchSize });
+      this.routes.forget();
+      const outcome = { kind: "unavailable" as const, message: (err as Error).message };
+      for (const p of batch) p.answer({ outcome, previous: p.previous });
     }
   }
 
@@ -258,7 +263,7 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
    * The batch once what its changes need besides their routes is in Caddy (the hooks' `before`). When that
    * fails, the changes that needed it are answered with the failure and the others go on.
    */
-  private async prepared(batch: Pending<C>[]): Promise<Pending<C>[]> {
+  private async prepared(batch: Pending[]): Promise<Pending[]> {
     const hooks = this.opts.hooks;
     const needing = hooks ? batch.filter((p) => hooks.needs(p.change.op)) : [];
     if (!hooks || needing.length === 0) return batch;
@@ -268,11 +273,11 @@ export class RouteWriter<C extends WriterChange = WriterChange> {
     } catch (err) {
       this.opts.log.warn({ err }, "could not prepare Caddy's config for the batch's access logs");
       this.followUpDue = true;
-      const failure =
+      const outcome =
         err instanceof CaddyApiError
           ? { kind: "rejected" as const, message: err.message }
           : { kind: "unavailable" as const, message: (err as Error).message };
-      for (const p of needing) p.answer({ ok: false, previous: null, failure, batchSize: 0 });
+      for (const p of needing) p.answer({ outcome, previous: null });
       return batch.filter((p) => !needing.includes(p));
     }
   }

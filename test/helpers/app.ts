@@ -10,6 +10,13 @@ import { type AppConfig, loadConfig } from "../../src/settings.js";
 import { guardAptConfig } from "./apt-guard.js";
 
 export const TEST_TOKEN = "test-token-0123456789abcdef";
+
+/**
+ * `TEST_ROUTES_BACKEND=plain`: every test agent reads Caddy's routes for every change and read, without the
+ * cached store's machinery (AppOptions.plainRoutes). `npm test` runs the routes tests both ways; a test of
+ * that machinery itself skips under it, saying so.
+ */
+export const PLAIN_ROUTES = process.env.TEST_ROUTES_BACKEND === "plain";
 export const TEST_SECRET = `whsec_${Buffer.alloc(32, 7).toString("base64")}`;
 
 export interface TestApp {
@@ -57,7 +64,12 @@ export async function buildTestApp(
       },
     });
     const logger = opts.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
-    app = await buildApp({ config, logger, ...(opts.now ? { now: opts.now } : {}) });
+    app = await buildApp({
+      config,
+      logger,
+      plainRoutes: PLAIN_ROUTES,
+      ...(opts.now ? { now: opts.now } : {}),
+    });
   } catch (err) {
     // A start a test expects to fail leaves no data folder behind.
     removeDataDir();

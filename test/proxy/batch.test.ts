@@ -231,3 +231,37 @@ test("after a slow write, a burst of changes that finds the writer idle goes to 
   assert.equal(after.length, held.length + 1);
   assert.ok(!after.some((r) => r["@id"] === "load5.test"));
 });
+
+test("a burst that gathers after a slow write still refuses a create whose id another server of Caddy uses", async (t) => {
+  const { caddy, svc, writes, app } = await setup(t, "100");
+  const up = await startUpstream(t, "u");
+  // Enough routes that a write takes long enough to open the gather window, in which the ids are looked up.
+  const load = Array.from({ length: 3000 }, (_, i) => ({
+    "@id": `load${i}.test`,
+    match: [{ host: [`load${i}.test`] }],
+    handle: [{ handler: "static_response", status_code: 200 }],
+  }));
+  const loaded = await caddy.admin.raw("PATCH", "/config/apps/http/servers/srv0/routes", {
+    body: JSON.stringify(load),
+  });
+  assert.equal(loaded.status, 200, loaded.text);
+  await caddy.admin.write("POST", "/config/apps/http/servers/other", {
+    listen: ["127.0.0.1:0"],
+    routes: [{ "@id": "taken.test", handle: [{ handler: "static_response", body: "x" }] }],
+  });
+  await svc.create(route("first.test", up.port));
+  // The burst finds the writer idle, so its first change waits for the others.
+  await app.services.writer.whenIdle();
+  writes.length = 0;
+  const ids = ["g0.test", "taken.test", "g1.test"];
+  const got = await outcomes(ids.map((id) => () => svc.create(route(id, up.port))));
+  assert.deepEqual(got, ["ok", "route_exists", "ok"]);
+  assert.deepEqual(writes, ["POST /config/apps/http/servers/srv0/routes/..."], "the burst in one write");
+  const held = JSON.parse((await caddy.admin.read("/config/apps/http/servers/srv0/routes")).text) as {
+    "@id": string;
+  }[];
+  assert.deepEqual(
+    held.slice(-3).map((r) => r["@id"]),
+    ["first.test", "g0.test", "g1.test"],
+  );
+});

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
 import type pino from "pino";
 import type { CaddyAdmin } from "../../src/caddy/admin.js";
-import { buildTestApp } from "../helpers/app.js";
+import { buildTestApp, PLAIN_ROUTES } from "../helpers/app.js";
 import { caddyMetric, startCaddy } from "../helpers/caddy.js";
 import { capturedLogger } from "../helpers/logs.js";
 
@@ -10,6 +10,9 @@ import { capturedLogger } from "../helpers/logs.js";
 // back; the next write's If-Match is Caddy's check of it.
 
 const ROUTES = "/config/apps/http/servers/srv0/routes";
+
+/** These count Caddy's reads of the cached store (cached-routes.ts), which TEST_ROUTES_BACKEND=plain replaces. */
+const skip = PLAIN_ROUTES && "the plain routes store reads the routes for every change and computes no ETag";
 
 const route = (domain: string, port = 9) => ({ domain, upstreams: [{ dial: `127.0.0.1:${port}` }] });
 
@@ -63,7 +66,9 @@ async function changes(svc: Awaited<ReturnType<typeof setup>>["svc"], tag: strin
   await svc.delete(`one.${tag}.test`, null);
 }
 
-test("after its first read the agent writes singles and bursts without reading the routes again, and no If-Match fails", async (t) => {
+test("after its first read the agent writes singles and bursts without reading the routes again, and no If-Match fails", {
+  skip,
+}, async (t) => {
   const { caddy, svc, counts } = await setup(t);
   await svc.create(route("first.etag.test"));
   const before = await counts();
@@ -88,7 +93,9 @@ test("after its first read the agent writes singles and bursts without reading t
   ]);
 });
 
-test("a change made in Caddy behind the agent's back fails the computed ETag once; the change lands and the next ones compute again", async (t) => {
+test("a change made in Caddy behind the agent's back fails the computed ETag once; the change lands and the next ones compute again", {
+  skip,
+}, async (t) => {
   const { caddy, svc, counts } = await setup(t);
   await svc.create(route("first.etag.test"));
   await caddy.admin.write("POST", ROUTES, outside(3));
@@ -125,7 +132,9 @@ function disguiseRouteEtags(t: TestContext, admin: CaddyAdmin): void {
   );
 }
 
-test("when Caddy's ETag of the routes is not the computed one, the agent says so once and reads the ETag after each write from then on", async (t) => {
+test("when Caddy's ETag of the routes is not the computed one, the agent says so once and reads the ETag after each write from then on", {
+  skip,
+}, async (t) => {
   const { log, lines } = capturedLogger("warn");
   const { caddy, svc, counts, admin } = await setup(t, log);
   disguiseRouteEtags(t, admin);

@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import pino from "pino";
-import type { RouteJson } from "../../src/proxy/plan.js";
+import { CaddyConfigFields } from "../../src/caddy/config-fields.js";
+import { CachedRoutes } from "../../src/proxy/cached-routes.js";
+import { RecordedChange } from "../../src/proxy/journal.js";
+import type { Op, RouteJson } from "../../src/proxy/plan.js";
 import { RouteWriter } from "../../src/proxy/writer.js";
 import { caddyMetric, startCaddy } from "../helpers/caddy.js";
 
@@ -18,19 +21,20 @@ test("routes kept compressed while the agent is idle serve the next change witho
   // More than the 64 KiB kept as plain text.
   const loaded = Array.from({ length: 800 }, (_, i) => route(`load${i}.idle.test`));
   await caddy.admin.write("PATCH", ROUTES, loaded);
-  const writer = new RouteWriter(caddy.admin, {
-    server: "srv0",
-    listen: ["127.0.0.1:0"],
+  const routes = new CachedRoutes(caddy.admin, { server: "srv0", listen: ["127.0.0.1:0"], parsedKeptMs: 50 });
+  const writer = new RouteWriter(routes, {
     log: pino({ level: "silent" }),
-    parsedKeptMs: 50,
+    config: new CaddyConfigFields(caddy.admin),
     // The write path alone: nothing records the changes.
-    journal: { capture: () => {} },
+    journal: { capture: () => {}, settle: () => {} },
   });
-  const first = await writer.submit({ op: { kind: "create", route: route("a.idle.test") } });
-  assert.equal(first.ok, true);
+  const change = (op: Op) =>
+    new RecordedChange(op, { operation: op.kind, route_id: "", request_id: null }, undefined);
+  const first = await writer.submit(change({ kind: "create", route: route("a.idle.test") }));
+  assert.equal(first.outcome.kind, "applied");
   await writer.whenIdle();
   // The routes read after that change were parsed, kept 50 ms, and are now held compressed.
-  const cache = () => (writer as unknown as { caddy: { cache: { held?: object } } }).caddy.cache.held;
+  const cache = () => (routes as unknown as { cache: { held?: object } }).cache.held;
   for (let i = 0; i < 100 && !(cache() && "deflated" in (cache() as object)); i++)
     await new Promise((r) => setTimeout(r, 20));
   assert.ok(cache() && "deflated" in (cache() as object), "the idle routes are held compressed");
@@ -39,9 +43,9 @@ test("routes kept compressed while the agent is idle serve the next change witho
   // (the new ETag is computed), and the change lands where it would have on a fresh read.
   const reads = () => caddyMetric(caddy.admin, "caddy_admin_http_requests_total", { method: "GET" });
   const before = await reads();
-  const deleted = await writer.submit({ op: { kind: "delete", id: "load5.idle.test" } });
-  assert.equal(deleted.ok, true);
-  assert.deepEqual(deleted.ok && deleted.previous, loaded[5]);
+  const deleted = await writer.submit(change({ kind: "delete", id: "load5.idle.test" }));
+  assert.equal(deleted.outcome.kind, "applied");
+  assert.deepEqual(deleted.outcome.kind === "applied" && deleted.previous, loaded[5]);
   await writer.whenIdle();
   // GETs: the /metrics read of this line itself.
   assert.equal((await reads()) - before, 1);

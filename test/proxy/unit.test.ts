@@ -65,12 +65,12 @@ test("plan applies changes in arrival order, each against the result of the ones
     new Set(["taken"]),
   );
   assert.deepEqual(
-    p.outcomes.map((o) => (o.ok ? "ok" : o.reason)),
+    p.outcomes.map((o) => (o.outcome.kind === "applied" ? "ok" : o.outcome.kind)),
     ["ok", "exists", "ok", "ok", "not_found", "exists"],
   );
   assert.deepEqual(p.routes, [mk("a", 2)]);
   const prev = p.outcomes[3];
-  assert.ok(prev?.ok);
+  assert.ok(prev?.outcome.kind === "applied");
   assert.deepEqual(prev.previous, mk("a", 1));
 });
 
@@ -131,7 +131,7 @@ test("plan places and finds routes as one route-by-route scan would, duplicates,
       const p = plan(current, ops, new Set());
       const want = reference(current, ops);
       assert.deepEqual(
-        p.outcomes.map((o) => (o.ok ? "ok" : o.reason)),
+        p.outcomes.map((o) => (o.outcome.kind === "applied" ? "ok" : o.outcome.kind)),
         want.outcomes,
       );
       assert.deepEqual(p.routes, want.routes);
