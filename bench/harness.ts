@@ -9,7 +9,7 @@ import http from "node:http";
 import { join } from "node:path";
 import { fetchedCaddyBinary } from "../src/caddy/settings.js";
 import { projectRoot } from "../src/paths.js";
-import { buildRoute } from "../src/proxy/build-route.js";
+import { buildRoute } from "../src/proxy/route/build-route.js";
 import { freePort, httpRequest } from "../support/loopback.js";
 import { metricSample } from "../support/prometheus.js";
 

@@ -3,7 +3,7 @@ import { CaddyAccessLogs } from "../caddy/access-log-config.js";
 import { type AccessLogFiles, accessLogState, loggingOf, loggingRoutesOf } from "../caddy/access-log-json.js";
 import type { CaddyAdmin } from "../caddy/admin.js";
 import { CaddyConfig, type ConfigKeys } from "../caddy/config.js";
-import type { Op, RouteJson } from "../proxy/plan.js";
+import type { Op, RouteJson } from "../caddy/routes/plan.js";
 import type { BatchHooks } from "../proxy/writer.js";
 
 /**

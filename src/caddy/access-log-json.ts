@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { join } from "node:path";
-import type { RouteJson } from "../proxy/plan.js";
+import type { RouteJson } from "./routes/plan.js";
 
 /*
  * Per-route access logs, as Caddy holds them (docs/api/proxy-routes.md, Access logs). The route carries the

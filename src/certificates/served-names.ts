@@ -1,6 +1,6 @@
 import { X509Certificate } from "node:crypto";
 import { isIP } from "node:net";
-import { namesOverlap } from "../proxy/operator-host.js";
+import { namesOverlap } from "../proxy/route/operator-host.js";
 import { certificateBlocks } from "./pem.js";
 
 /** One subjectAltName entry as Node writes them: `TYPE:value`, a value with unsafe characters as a JSON string. */

@@ -1,8 +1,8 @@
 import type { Logger } from "pino";
 import { caddyDuration } from "../caddy/config.js";
 import type { ConfigField } from "../caddy/config-fields.js";
-import { decoysInPlace, withDecoy } from "./basic-auth-upgrade.js";
-import { routesHaveDelay, withStreamCloseDelay } from "./streams.js";
+import { decoysInPlace, withDecoy } from "./route/basic-auth-upgrade.js";
+import { routesHaveDelay, withStreamCloseDelay } from "./route/streams.js";
 import type { RouteWriter } from "./writer.js";
 
 export interface ConnectionSettings {

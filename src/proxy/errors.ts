@@ -1,4 +1,4 @@
-import type { ChangeOutcome, RouteJson } from "./plan.js";
+import type { ChangeOutcome, RouteJson } from "../caddy/routes/plan.js";
 
 /**
  * Why a route change or read did not happen, as the routes service says it. These know nothing of HTTP;

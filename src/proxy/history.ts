@@ -1,6 +1,6 @@
+import type { Op, Refusal, RouteJson } from "../caddy/routes/plan.js";
 import { withoutPaths } from "../util/without-paths.js";
 import { routeNamed } from "./errors.js";
-import type { Op, Refusal, RouteJson } from "./plan.js";
 import type { ChangeOperation, HistoryOutcome } from "./schemas.js";
 import type { ChangeRow } from "./store.js";
 

@@ -1,8 +1,8 @@
+import type { ChangeEnd, ChangeOutcome, Op, RouteJson } from "../caddy/routes/plan.js";
 import type { Outbox } from "../events/outbox.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { withoutPaths } from "../util/without-paths.js";
 import { hostTakenText } from "./errors.js";
-import type { ChangeEnd, ChangeOutcome, Op, RouteJson } from "./plan.js";
 import type { ChangeOperation } from "./schemas.js";
 import type { RouteChangeStore, SettledOutcome } from "./store.js";
 

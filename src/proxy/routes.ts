@@ -7,7 +7,7 @@ import { BODY_OPTIONAL } from "../http/openapi.js";
 import { jsonContent, problemResponses } from "../http/schemas.js";
 import type { App } from "../http/types.js";
 import { RefTo } from "../util/typebox.js";
-import { routeIssues } from "./build-route.js";
+import { routeIssues } from "./route/build-route.js";
 import {
   RouteDeleteRequestSchema,
   RouteHistoryQuerySchema,

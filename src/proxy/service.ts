@@ -1,10 +1,10 @@
 import type { Readable } from "node:stream";
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
+import type { RoutesStore } from "../caddy/routes/caddy-routes.js";
+import { isRefusal, type Op, opId, type Refusal, type RouteJson } from "../caddy/routes/plan.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
-import { buildRoute } from "./build-route.js";
-import type { RoutesStore } from "./caddy-routes.js";
 import { type ConnectionSettings, conformCaddy } from "./conformance.js";
 import {
   ChangeNotFoundError,
@@ -20,14 +20,14 @@ import {
 } from "./errors.js";
 import { type ChangeView, changeView, type RestoreResult, restoreConflict, restorePlan } from "./history.js";
 import { type ChangeAbout, type ChangeJournal, outcomeText, RecordedChange, recorded } from "./journal.js";
-import { operatorHostOf, requestFieldOf } from "./operator-host.js";
-import { isRefusal, type Op, opId, type Refusal, type RouteJson } from "./plan.js";
+import { buildRoute } from "./route/build-route.js";
+import { operatorHostOf, requestFieldOf } from "./route/operator-host.js";
+import { withStreamCloseDelay } from "./route/streams.js";
+import { dialsOf, type UpstreamCheck } from "./route/upstream-check.js";
+import { writtenRequest } from "./route/written-request.js";
 import type { RouteWriteRequest } from "./schemas.js";
 import type { RouteChangeStore, SettledOutcome } from "./store.js";
-import { withStreamCloseDelay } from "./streams.js";
-import { dialsOf, type UpstreamCheck } from "./upstream-check.js";
 import type { ChangeAnswer, RouteWriter } from "./writer.js";
-import { writtenRequest } from "./written-request.js";
 
 /** Who asked for a change, recorded with it and sent in its events. */
 export interface ChangeContext {

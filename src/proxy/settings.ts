@@ -2,7 +2,7 @@ import { issuanceSettings } from "../caddy/issuance-settings.js";
 import { caddySettings } from "../caddy/settings.js";
 import { parse, setting } from "../config.js";
 import { parseCidrs } from "../util/cidrs.js";
-import { normalizeDomain } from "./domain.js";
+import { normalizeDomain } from "./route/domain.js";
 
 /** The routes' own settings: what every route gets, how changes are gathered, what no route may do. */
 const routeSettings = {

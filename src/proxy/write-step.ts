@@ -1,9 +1,16 @@
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
-import type { RoutesState, RoutesStore } from "./caddy-routes.js";
+import type { RoutesState, RoutesStore } from "../caddy/routes/caddy-routes.js";
+import {
+  type ChangeEnd,
+  type ChangeOutcome,
+  opId,
+  type Plan,
+  plan,
+  type RouteJson,
+} from "../caddy/routes/plan.js";
 import type { ChangeJournal, RecordedChange } from "./journal.js";
-import { type ChangeEnd, type ChangeOutcome, opId, type Plan, plan, type RouteJson } from "./plan.js";
-import { sameRoute } from "./streams.js";
+import { sameRoute } from "./route/streams.js";
 
 /** A queued change and how it is answered (see `RouteWriter.submit`). */
 export interface Pending {

@@ -2,11 +2,11 @@ import { setImmediate } from "node:timers/promises";
 import type { Logger } from "pino";
 import { CaddyApiError } from "../caddy/admin.js";
 import type { CaddyConfigFields, ConfigField } from "../caddy/config-fields.js";
+import type { RoutesStore } from "../caddy/routes/caddy-routes.js";
+import type { ChangeEnd, Op, RouteJson } from "../caddy/routes/plan.js";
 import type { Metrics } from "../metrics/metrics.js";
-import type { RoutesStore } from "./caddy-routes.js";
 import { GatherWindow, type GatherWindowOptions } from "./gather-window.js";
 import type { ChangeJournal, RecordedChange } from "./journal.js";
-import type { ChangeEnd, Op, RouteJson } from "./plan.js";
 import { type Pending, WriteSteps } from "./write-step.js";
 
 /**

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
 import { CaddyAdmin, CaddyUnavailableError, JsonPieces } from "../../src/caddy/admin.js";
-import { goJson, goJsonPieces } from "../../src/caddy/etag.js";
+import { goJson, goJsonPieces } from "../../src/caddy/routes/etag.js";
 import { startCaddy } from "../helpers/caddy.js";
 
 // A write sent right behind a config change can meet Caddy restarting its admin server: the connection is

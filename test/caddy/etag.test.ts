@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { caddyEtag, goJson } from "../../src/caddy/etag.js";
-import { Utf8Xxh64, Xxh64 } from "../../src/caddy/xxh64.js";
+import { caddyEtag, goJson } from "../../src/caddy/routes/etag.js";
+import { Utf8Xxh64, Xxh64 } from "../../src/caddy/routes/xxh64.js";
 import { startCaddy } from "../helpers/caddy.js";
 
 /** XXH64 of bytes given at once. */

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
-import { isDecoyRoute, knownUsersPattern } from "../../src/proxy/basic-auth.js";
-import { buildRoute } from "../../src/proxy/build-route.js";
-import type { RouteJson } from "../../src/proxy/plan.js";
-import { withStreamCloseDelay } from "../../src/proxy/streams.js";
+import type { RouteJson } from "../../src/caddy/routes/plan.js";
+import { isDecoyRoute, knownUsersPattern } from "../../src/proxy/route/basic-auth.js";
+import { buildRoute } from "../../src/proxy/route/build-route.js";
+import { withStreamCloseDelay } from "../../src/proxy/route/streams.js";
 import { canonicalJson } from "../../src/util/canonical-json.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";

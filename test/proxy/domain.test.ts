@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { domainToASCII } from "node:url";
 import fc from "fast-check";
-import { normalizeDomain, parseDial } from "../../src/proxy/domain.js";
+import { normalizeDomain, parseDial } from "../../src/proxy/route/domain.js";
 
 const HOST_LABEL = /^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?$/;
 /** The full stops UTS #46 maps to `.`: ASCII, ideographic, full-width, half-width ideographic. */

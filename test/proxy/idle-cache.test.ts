@@ -2,9 +2,9 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import pino from "pino";
 import { CaddyConfigFields } from "../../src/caddy/config-fields.js";
-import { CachedRoutes } from "../../src/proxy/cached-routes.js";
+import { CachedRoutes } from "../../src/caddy/routes/cached-routes.js";
+import type { Op, RouteJson } from "../../src/caddy/routes/plan.js";
 import { RecordedChange } from "../../src/proxy/journal.js";
-import type { Op, RouteJson } from "../../src/proxy/plan.js";
 import { RouteWriter } from "../../src/proxy/writer.js";
 import { caddyMetric, startCaddy } from "../helpers/caddy.js";
 

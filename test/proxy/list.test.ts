@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { RouteJson } from "../../src/proxy/plan.js";
+import type { RouteJson } from "../../src/caddy/routes/plan.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { route, setup } from "./support.js";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { RouteJson } from "../../src/proxy/plan.js";
-import { RoutePositions } from "../../src/proxy/route-positions.js";
+import type { RouteJson } from "../../src/caddy/routes/plan.js";
+import { RoutePositions } from "../../src/caddy/routes/route-positions.js";
 
 const routes = (...ids: (string | undefined)[]): RouteJson[] =>
   ids.map((id) => (id === undefined ? { handle: [] } : { "@id": id, handle: [] }) as RouteJson);

@@ -2,8 +2,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
-import type { RouteJson } from "../../src/proxy/plan.js";
-import { RoutesCache } from "../../src/proxy/routes-cache.js";
+import type { RouteJson } from "../../src/caddy/routes/plan.js";
+import { RoutesCache } from "../../src/caddy/routes/routes-cache.js";
 
 // The collector, to see what the cache still keeps alive (Node hands it out only with --expose-gc).
 setFlagsFromString("--expose-gc");

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { writeAtomically } from "../../src/operator/artifacts/files.js";
-import { routesHaveDelay } from "../../src/proxy/streams.js";
+import { routesHaveDelay } from "../../src/proxy/route/streams.js";
 import { connectWs, startEchoServer, type WsClient } from "../../support/websocket.js";
 import { buildTestApp } from "../helpers/app.js";
 import { caddyMetric, startCaddy, type TestCaddy } from "../helpers/caddy.js";

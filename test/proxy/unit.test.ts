@@ -2,10 +2,10 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
 import { caddyDuration } from "../../src/caddy/config.js";
+import { type Op, opId, plan, type RouteJson, routeShadows } from "../../src/caddy/routes/plan.js";
 import { DenyList } from "../../src/events/egress.js";
 import { signWebhook } from "../../src/events/signing.js";
-import { type Op, opId, plan, type RouteJson, routeShadows } from "../../src/proxy/plan.js";
-import { withStreamCloseDelay } from "../../src/proxy/streams.js";
+import { withStreamCloseDelay } from "../../src/proxy/route/streams.js";
 
 /**
  * Where one route-by-route scan puts a new route: before the first existing route that would otherwise

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { networkInterfaces } from "node:os";
 import { after, describe, test } from "node:test";
-import { canonicalAddress } from "../../src/proxy/upstream-check.js";
+import { canonicalAddress } from "../../src/proxy/route/upstream-check.js";
 import { freePort } from "../../support/loopback.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";

@@ -3,12 +3,12 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import fc from "fast-check";
+import type { RouteJson } from "../../src/caddy/routes/plan.js";
 import { projectRoot } from "../../src/paths.js";
-import { buildRoute, routeIssues } from "../../src/proxy/build-route.js";
-import type { RouteJson } from "../../src/proxy/plan.js";
+import { buildRoute, routeIssues } from "../../src/proxy/route/build-route.js";
+import { withStreamCloseDelay } from "../../src/proxy/route/streams.js";
+import { writtenRequest } from "../../src/proxy/route/written-request.js";
 import type { RouteWriteRequest } from "../../src/proxy/schemas.js";
-import { withStreamCloseDelay } from "../../src/proxy/streams.js";
-import { writtenRequest } from "../../src/proxy/written-request.js";
 import { canonicalJson } from "../../src/util/canonical-json.js";
 import { headerValue, request, schemaCheck, text } from "./write-requests.js";
 

@@ -1,3 +1,4 @@
+import type { RouteJson } from "../../caddy/routes/plan.js";
 import {
   bcryptCost,
   DECOY_PREFIX,
@@ -6,7 +7,6 @@ import {
   decoyRoute,
   isDecoyRoute,
 } from "./basic-auth.js";
-import type { RouteJson } from "./plan.js";
 import { unliteral } from "./policies.js";
 import { writtenRequest } from "./written-request.js";
 

@@ -1,11 +1,11 @@
-import { isAccessLogHandler } from "../caddy/access-log-json.js";
-import { canonicalJson } from "../util/canonical-json.js";
+import { isAccessLogHandler } from "../../caddy/access-log-json.js";
+import type { RouteJson } from "../../caddy/routes/plan.js";
+import { canonicalJson } from "../../util/canonical-json.js";
+import type { HeaderOps, RouteWriteRequest } from "../write-schemas.js";
 import { DECOY_USER, isDecoyRoute } from "./basic-auth.js";
 import { buildRoute } from "./build-route.js";
-import type { RouteJson } from "./plan.js";
 import { unliteral } from "./policies.js";
 import { withStreamCloseDelay } from "./streams.js";
-import type { HeaderOps, RouteWriteRequest } from "./write-schemas.js";
 
 /*
  * A route read back in the shape it was written: the write request that makes exactly the route Caddy

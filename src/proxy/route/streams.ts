@@ -1,6 +1,6 @@
-import { caddyDuration } from "../caddy/config.js";
-import { canonicalJson } from "../util/canonical-json.js";
-import type { RouteJson } from "./plan.js";
+import { caddyDuration } from "../../caddy/config.js";
+import type { RouteJson } from "../../caddy/routes/plan.js";
+import { canonicalJson } from "../../util/canonical-json.js";
 
 /**
  * The route with `stream_close_delay` set on every `reverse_proxy` handler (those inside subroutes too),

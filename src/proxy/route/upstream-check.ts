@@ -1,13 +1,13 @@
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
-import type { CaddyAdminAddress } from "../caddy/settings.js";
-import { AddressSet } from "../util/cidrs.js";
-import type { InputIssue } from "../util/invalid-input.js";
-import { hostPort } from "../util/urls.js";
+import type { RouteJson } from "../../caddy/routes/plan.js";
+import type { CaddyAdminAddress } from "../../caddy/settings.js";
+import { AddressSet } from "../../util/cidrs.js";
+import type { InputIssue } from "../../util/invalid-input.js";
+import { hostPort } from "../../util/urls.js";
+import type { RouteWriteRequest } from "../write-schemas.js";
 import { parseDial } from "./domain.js";
-import type { RouteJson } from "./plan.js";
-import type { RouteWriteRequest } from "./write-schemas.js";
 
 /*
  * Where a route's upstreams may not point: a route publishes what its upstream answers, so an upstream on

@@ -1,5 +1,5 @@
+import type { Encoding, HeaderOps, Headers, Maintenance } from "../write-schemas.js";
 import { bcryptCost, decoyAccount, decoyRoute } from "./basic-auth.js";
-import type { Encoding, HeaderOps, Headers, Maintenance } from "./write-schemas.js";
 
 /*
  * A route's site policies as Caddy handlers. The order inside a route, for every request: a redirect

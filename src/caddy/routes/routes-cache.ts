@@ -1,7 +1,7 @@
 import { deflateRawSync, inflateRawSync } from "node:zlib";
-import { goJson } from "../caddy/etag.js";
-import { collectWhenIdle } from "../util/idle-gc.js";
+import { collectWhenIdle } from "../../util/idle-gc.js";
 import { type RoutesState, routesStateFrom, routesStateOf } from "./caddy-routes.js";
+import { goJson } from "./etag.js";
 import type { RouteJson } from "./plan.js";
 
 /**

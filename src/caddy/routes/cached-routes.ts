@@ -1,9 +1,8 @@
 import type { Readable } from "node:stream";
 import type { Logger } from "pino";
-import type { CaddyAdmin } from "../caddy/admin.js";
-import { caddyEtag } from "../caddy/etag.js";
-import { lastLoad } from "../caddy/last-load.js";
-import { collectWhenIdle } from "../util/idle-gc.js";
+import { collectWhenIdle } from "../../util/idle-gc.js";
+import type { CaddyAdmin } from "../admin.js";
+import { lastLoad } from "../last-load.js";
 import {
   CaddyRoutes,
   type CaddyRoutesOptions,
@@ -11,6 +10,7 @@ import {
   type RoutesStore,
   type WriteAnswer,
 } from "./caddy-routes.js";
+import { caddyEtag } from "./etag.js";
 import { opId, type Plan, type RouteJson } from "./plan.js";
 import { RoutePositions } from "./route-positions.js";
 import { PARSED_KEPT_MS, RoutesCache } from "./routes-cache.js";

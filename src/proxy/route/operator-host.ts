@@ -1,7 +1,7 @@
 import { domainToASCII } from "node:url";
+import type { RouteJson } from "../../caddy/routes/plan.js";
+import type { RouteWriteRequest } from "../write-schemas.js";
 import { normalizeDomain } from "./domain.js";
-import type { RouteJson } from "./plan.js";
-import type { RouteWriteRequest } from "./write-schemas.js";
 
 /*
  * The operator's domain is the agent's alone: no route or custom certificate written through the API may

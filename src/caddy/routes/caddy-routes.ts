@@ -1,11 +1,11 @@
 import type { Readable } from "node:stream";
-import { type CaddyAdmin, CaddyApiError, caddyErrorText, JsonPieces } from "../caddy/admin.js";
-import { CaddyConfig } from "../caddy/config.js";
-import { CaddyConfigFields, type ConfigField } from "../caddy/config-fields.js";
-import { goJsonPieces } from "../caddy/etag.js";
-import { PerLoad } from "../caddy/last-load.js";
-import { managedServerCreation } from "../caddy/server-creation.js";
-import { canonicalJson } from "../util/canonical-json.js";
+import { canonicalJson } from "../../util/canonical-json.js";
+import { type CaddyAdmin, CaddyApiError, caddyErrorText, JsonPieces } from "../admin.js";
+import { CaddyConfig } from "../config.js";
+import { CaddyConfigFields, type ConfigField } from "../config-fields.js";
+import { PerLoad } from "../last-load.js";
+import { managedServerCreation } from "../server-creation.js";
+import { goJsonPieces } from "./etag.js";
 import { type ChangeOutcome, indexRoutes, type Plan, type RouteJson, type RoutesIndex } from "./plan.js";
 import { readAll, routesBody } from "./routes-stream.js";
 

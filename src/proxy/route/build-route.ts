@@ -1,7 +1,8 @@
-import { accessLogHandler } from "../caddy/access-log-json.js";
-import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
+import { accessLogHandler } from "../../caddy/access-log-json.js";
+import type { RouteJson } from "../../caddy/routes/plan.js";
+import { type InputIssue, InvalidInputError } from "../../util/invalid-input.js";
+import type { RouteWriteRequest } from "../write-schemas.js";
 import { normalizeDomain, parseDial } from "./domain.js";
-import type { RouteJson } from "./plan.js";
 import {
   type Balanced,
   DEFAULT_REDIRECT_STATUS,
@@ -17,7 +18,6 @@ import {
   pathIssues,
   redirectHosts,
 } from "./policy-checks.js";
-import type { RouteWriteRequest } from "./write-schemas.js";
 
 /** A route the agent writes: its id (the normalised domain) and the route as Caddy will hold it. */
 export interface ManagedRoute {

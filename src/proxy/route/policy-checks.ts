@@ -1,7 +1,5 @@
 import { isIP } from "node:net";
-import type { InputIssue } from "../util/invalid-input.js";
-import { bcryptCost } from "./basic-auth.js";
-import { normalizeDomain } from "./domain.js";
+import type { InputIssue } from "../../util/invalid-input.js";
 import type {
   BasicAuth,
   HeaderOps,
@@ -9,7 +7,9 @@ import type {
   Maintenance,
   PathRoute,
   RouteWriteRequest,
-} from "./write-schemas.js";
+} from "../write-schemas.js";
+import { bcryptCost } from "./basic-auth.js";
+import { normalizeDomain } from "./domain.js";
 
 /*
  * The rules of the site policies that a schema cannot say, each broken rule an issue naming its field from
