@@ -61,8 +61,8 @@ export function registerAccessLogRoutes(app: App, service: AccessLogService): vo
   app.get("/v1/proxy/routes/:route_id/access-log", { schema: accessLogSchema }, async (request, reply) => {
     const { entries, cut } = await service.tail(request.params.route_id, request.query.lines ?? 100);
     if (cut) void reply.header("hostkeeper-truncated", "true");
-    // The lines as Caddy wrote them (each checked to be a JSON object): parsed and written again, 2 MiB of
-    // them would cost the agent several times that.
+    // The lines as Caddy wrote them (each checked to be a JSON object): parsed and written again, they
+    // would cost the agent several times their size.
     return reply.type("application/json; charset=utf-8").send(`[${entries.join(",")}]`);
   });
 }

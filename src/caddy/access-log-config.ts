@@ -27,7 +27,7 @@ export interface AccessLogWrites {
 }
 
 /**
- * The access logs' parts of Caddy's config (see access-logs.ts): the agent's entries of `logging.logs` and
+ * The access logs' parts of Caddy's config (see access-log-json.ts): the agent's entries of `logging.logs` and
  * the `exclude` of the default log (never its writer, which prepareLogging owns), and the managed server's
  * `logs`. Each is a change of CaddyConfig: read, and written with If-Match of that read only when it differs.
  */

@@ -48,9 +48,9 @@ const CHUNK = 64 * 1024;
 
 /**
  * A request body of JSON text given as pieces (`goJsonPieces`), sent as it is (not through JSON.stringify)
- * in chunks of about 64 KiB as the connection takes them: a batch of 20,000 routes is never held as one 7 MB
- * string and a 7 MB Buffer copy of it. `pieces` is called for each attempt and its length, and must give the
- * same text each time.
+ * in chunks of about CHUNK bytes as the connection takes them: a batch of all routes of a large host is never
+ * held as one string and a Buffer copy of it. `pieces` is called for each attempt and its length, and must
+ * give the same text each time.
  */
 export class JsonPieces {
   constructor(private readonly pieces: () => Iterable<string>) {}
@@ -154,8 +154,8 @@ const responseOf = (res: IncomingMessage, text: string): CaddyResponse => ({
 });
 
 /**
- * Attempts of a read that meets Caddy's admin endpoint restarting after a config change (waits of 25, 50,
- * 100 and 200 ms between them, 375 ms in all): on a busy host the restart outlasted the 175 ms of four.
+ * Attempts of a read that meets Caddy's admin endpoint restarting after a config change (the waits between
+ * them double, caddy/retry.ts): enough for the restart on a busy host, which outlasted the waits of four.
  */
 const READ_ATTEMPTS = 5;
 
@@ -171,8 +171,8 @@ const brokenOff = (err: Error) =>
 /**
  * A request or answer this large (characters of text) leaves megabytes of garbage behind it (its text, what
  * was parsed from it, the buffers it passed through), which V8 collects only when code allocates again:
- * the agent asks for a collection once it goes quiet after one (util/idle-gc.ts). At 20,000 routes an agent
- * that rewrote every route at start and then had no request held 130 MB instead of 90 for good.
+ * the agent asks for a collection once it goes quiet after one (util/idle-gc.ts). Without it, an agent on a
+ * large host that rewrote every route at start and then had no request kept that garbage for good.
  */
 const LARGE = 1 << 20;
 const isLarge = (body: Body | undefined) =>
@@ -257,7 +257,7 @@ export class CaddyAdmin {
       const timer = setTimeout(() => req.destroy(timeoutError(timeoutMs)), timeoutMs);
       req.on("response", (res) => {
         // Decoded chunk by chunk into one string (V8 joins the pieces when it is parsed), rather than
-        // joined into one Buffer first: at 20,000 routes that Buffer is 5 MB of native memory per read,
+        // joined into one Buffer first: at a large host that Buffer is megabytes of native memory per read,
         // which glibc keeps in the process after it is freed.
         let text = "";
         res.setEncoding("utf8");

@@ -6,9 +6,9 @@ import { issuanceFields } from "./issuance.js";
 /**
  * Every field the agent keeps in Caddy's config outside the routes, in the order they are written: the
  * issuance settings (the local CA's trust first) and the HTTP app's `grace_period` (none when 0: Caddy's
- * eternal default is left alone). Brought in line at start (conformance.ts), carried by the HTTP app and
- * the managed server when the agent creates them (server-creation.ts), and in the embedded Caddy's first
- * config (process.ts).
+ * eternal default is left alone). Brought in line at start (proxy/conformance.ts), carried by the HTTP app
+ * and the managed server when the agent creates them (server-creation.ts), and in the embedded Caddy's
+ * first config (process/launch.ts).
  */
 export function agentCaddyFields(proxy: AppConfig["proxy"]): ConfigField[] {
   const fields = issuanceFields(proxy, proxy.caddyServer);

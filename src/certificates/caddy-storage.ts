@@ -35,7 +35,7 @@ interface Cached {
 
 /**
  * Certificate files parsed once: a file is read and parsed again only when it is another file or its
- * modification time or size changed, so a list at 20,000 hosts costs a few system calls per certificate
+ * modification time or size changed, so a list at a large host costs a few system calls per certificate
  * after the first. A file that does not parse is remembered as such (null) until it changes.
  */
 export class CertificateFiles {

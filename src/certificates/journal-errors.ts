@@ -12,8 +12,8 @@ const CURSOR = /^-- cursor: (.+)$/m;
 /**
  * Caddy's failures to get certificates, read from the systemd journal of its unit: the packaged Caddy logs
  * to stderr, which is its journal, and the agent leaves that log where the host's tools expect it. Each read
- * takes what the journal gained since the last one (`--after-cursor`), the first the newest 20,000 lines,
- * and runs at most every 30 s, whoever asks; lines go to the same reader as a log file's.
+ * takes what the journal gained since the last one (`--after-cursor`), the first the newest FIRST_LINES,
+ * and runs at most once every EVERY_MS, whoever asks; lines go to the same reader as a log file's.
  */
 export class JournalErrors {
   private cursor: string | undefined;

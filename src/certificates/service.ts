@@ -116,8 +116,8 @@ export class CertificateService {
 
   /**
    * One entry per host the managed server's routes serve (the certificate a TLS client gets for it), then
-   * one per custom certificate. Other work gets the event loop every few hundred hosts: the first list at
-   * 20,000 hosts parses 20,000 certificates.
+   * one per custom certificate. Other work gets the event loop every few hundred hosts: the first list at a
+   * large host parses a certificate for every host.
    */
   async list(): Promise<CertificateEntry[]> {
     const [routesText, root, logFile, policies] = await proxied(() =>

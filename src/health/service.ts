@@ -152,9 +152,9 @@ export class HealthService {
       };
     let listen: string[] | undefined;
     try {
-      // Retried as the agent's own reads are (up to 375 ms): Caddy restarts its admin endpoint after every
-      // config change, and a probe landing then meets a reset that says nothing of Caddy's health. A
-      // missing server (or a missing parent of it) reads as nothing.
+      // Retried as the agent's own reads are: Caddy restarts its admin endpoint after every config change,
+      // and a probe landing then meets a reset that says nothing of Caddy's health. A missing server (or a
+      // missing parent of it) reads as nothing.
       listen = await this.probeConfig.value<string[]>(["apps", "http", "servers", server, "listen"]);
     } catch (err) {
       if (err instanceof CaddyApiError)

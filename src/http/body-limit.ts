@@ -12,9 +12,9 @@ const LINGER_MS = 5_000;
 /**
  * Bodies over the limit, on every method, and answers that go out before the body is in.
  *
- * Fastify enforces `bodyLimit` only where it parses a body: a GET (or HEAD) with 2 MB of body reached its
- * handler, which never read it. Here a Content-Length over the route's limit is refused with the 413 of a
- * POST, after the token and scope checks like every other answer, before anything reads the body.
+ * Fastify enforces `bodyLimit` only where it parses a body: a GET (or HEAD) with a body over the limit
+ * reached its handler, which never read it. Here a Content-Length over the route's limit is refused with the
+ * 413 of a POST, after the token and scope checks like every other answer, before anything reads the body.
  *
  * An answer that closes the connection (a 413, or any answer to a client that sent `Connection: close`)
  * while the body is still arriving would be lost: Node's server destroys the socket once the answer is

@@ -7,8 +7,8 @@ import { projectRoot } from "../paths.js";
  * Where the OpenAPI document lives, under the project's root (the package's /usr/lib/hostkeeper). The agent
  * serves this file; `npm run docs:openapi` writes it from the routes' schemas, and a test keeps the two in step.
  * The generator (@fastify/swagger, with the YAML and schema-resolving libraries it loads) is not part of the
- * agent: it cost the running agent about 2 MB of resident memory at start (side by side, three starts each)
- * to regenerate a document that only changes with a release.
+ * agent: it made the running agent's resident memory larger from its start, to regenerate a document that
+ * only changes with a release.
  */
 export const OPENAPI_DOC = join("docs", "openapi.json");
 

@@ -17,7 +17,7 @@ export interface ConnectionSettings {
  * the fields the agent keeps outside the routes (the local CA's trust, the TLS issuer, the HTTP and HTTPS
  * ports, the managed server's automatic HTTPS, `grace_period`), then every route's `reverse_proxy`
  * handlers their `stream_close_delay`, and the `basic_auth` routes an earlier version wrote their decoy
- * (basic-auth-upgrade.ts); each field and the routes as one config change made only when it differs. Not
+ * (route/basic-auth-upgrade.ts); each field and the routes as one config change made only when it differs. Not
  * a route change of the API: no history, no events, one log line. A failure is logged and the agent
  * starts anyway; every route the agent writes later gets the delay with its change.
  */

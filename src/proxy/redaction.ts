@@ -160,9 +160,9 @@ export function redactText(text: string): string {
 export function redactStream(body: Readable): Readable {
   const r = new SecretRedactor();
   const out = new Transform({
-    // The pieces as they are, not copied into one buffer a chunk: at 20,000 routes the copies (6.7 MB a
-    // list) made the collector run so often that lists in between, a writing token's too, took 2-3 times
-    // as long; the pieces cost a few more writes to the socket.
+    // The pieces as they are, not copied into one buffer a chunk: at a large host the copies of a list made
+    // the collector run so often that the lists in between, a writing token's too, were much slower; the
+    // pieces cost a few more writes to the socket.
     transform(chunk: Buffer, _enc, done) {
       for (const part of r.scan(chunk)) this.push(part);
       done();

@@ -14,10 +14,10 @@ export interface Migration {
 
 /**
  * Pages of the database SQLite keeps in the agent's memory, in KiB (SQLite's own default; better-sqlite3
- * builds it with 16,000). The agent appends changes, events and audit records, kept for days, and reads
- * few of them back, so a larger cache fills with pages written once and stays full: a process that wrote
- * and read through a 30 MB database held 26.6 MB more with 16,000 and 12.5 MB more with 2,000 (glibc keeps
- * the small allocations the pages are made of). Pages beyond it are read through the system's page cache.
+ * builds it with 16,000). The agent appends changes, events and audit records, kept for days, and reads few
+ * of them back, so a larger cache fills with pages written once and stays full, and the process keeps the
+ * memory they took (glibc keeps the small allocations the pages are made of). Pages beyond it are read
+ * through the system's page cache.
  */
 export const DB_CACHE_KIB = 2000;
 

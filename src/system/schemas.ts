@@ -25,8 +25,8 @@ import {
 
 /*
  * The system area's schemas, registered with the app (in this order, the OpenAPI document's), and the
- * request and response types they give. The schemas themselves are in check-, apply-, history- and
- * schedule-schemas.ts.
+ * request and response types they give. The schemas themselves are in check-, apply- and history-schemas.ts
+ * and schedule/schemas.ts.
  */
 
 export const systemSharedSchemas = [

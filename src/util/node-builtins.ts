@@ -2,8 +2,8 @@
  * `node:fs` and `node:http` for the agent's own modules, loaded with `require()` rather than `import`. An ESM
  * import of a built-in module reads every one of its exports, and these two have exports Node loads only
  * when read: `http.WebSocket` (and `CloseEvent`, `MessageEvent`) loads the bundled fetch implementation
- * (undici, 760 KB of source), `fs.ReadStream` and `fs.promises` load file streams and readline. The agent
- * uses none of them, and importing `node:http` alone took a bare Node 24 from 47 to 59 MB resident. Types
+ * (undici), `fs.ReadStream` and `fs.promises` load file streams and readline. The agent uses none of them,
+ * and an import of `node:http` alone made a bare Node's resident memory markedly larger. Types
  * are exported here too (type exports leave nothing at run time); biome.json refuses any other import of either
  * module under src/.
  */

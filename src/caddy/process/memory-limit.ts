@@ -5,8 +5,8 @@ const { readFileSync, renameSync, writeFileSync } = fs;
 
 /**
  * Go's memory limit for Caddy from HOSTKEEPER_CADDY_MEMORY_LIMIT_MB: Go keeps the heap a config reload
- * allocated until it nears this, so without it Caddy holds the peak of its last reload for good (at 20,000
- * routes, hundreds of MB). `off` for 0: no limit, and Caddy's own default (a share of the cgroup's or the
+ * allocated until it nears this, so without it Caddy holds the peak of its last reload for good, a peak that
+ * grows with the routes. `off` for 0: no limit, and Caddy's own default (a share of the cgroup's or the
  * machine's memory) stays off too, as the setting says none.
  */
 export const goMemLimit = (limitMb: number): string => (limitMb > 0 ? `${limitMb}MiB` : "off");
