@@ -82,7 +82,8 @@ const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
 /**
  * The managed server's routes in Caddy, read for every change and every read: read with their ETag, a plan
  * written as one request carrying If-Match, the server created on first use, captured routes put back. It
- * knows Caddy's admin API, not who asked for a change, and keeps nothing between calls.
+ * knows Caddy's admin API, not who asked for a change, and keeps nothing between the calls of a store (the
+ * status's `count` alone is kept per config Caddy loads).
  */
 export class CaddyRoutes implements RoutesStore {
   private readonly routesPath: string;
