@@ -4,7 +4,7 @@ import { CaddyApiError } from "../../src/caddy/admin.js";
 import { proxyProblem } from "../../src/proxy/problems.js";
 import { canonicalJson } from "../../src/util/canonical-json.js";
 import { buildTestApp } from "../helpers/app.js";
-import { startCaddy } from "../helpers/caddy.js";
+import { startCaddy, type TestCaddy } from "../helpers/caddy.js";
 import { startReceiver, startUpstream } from "../helpers/http.js";
 
 type Call = () => Promise<unknown>;
@@ -41,6 +41,23 @@ async function setup(t: import("node:test").TestContext, gatherMaxMs = "0") {
   const routesOf = async () =>
     JSON.parse((await caddy.admin.read("/config/apps/http/servers/srv0/routes")).text) as unknown[];
   return { caddy, ...h, writes, routesOf, svc: h.app.services.routes };
+}
+
+/**
+ * Puts enough routes in Caddy that a write takes tens of milliseconds, which opens the gather window (a
+ * share of the last write); returns them.
+ */
+async function loadMany(caddy: TestCaddy) {
+  const load = Array.from({ length: 3000 }, (_, i) => ({
+    "@id": `load${i}.test`,
+    match: [{ host: [`load${i}.test`] }],
+    handle: [{ handler: "static_response", status_code: 200 }],
+  }));
+  const loaded = await caddy.admin.raw("PATCH", "/config/apps/http/servers/srv0/routes", {
+    body: JSON.stringify(load),
+  });
+  assert.equal(loaded.status, 200, loaded.text);
+  return load;
 }
 
 test("changes that wait for the writer go to Caddy as one change, each with its own outcome and backup", async (t) => {
@@ -185,16 +202,7 @@ test("a single change on an idle writer goes straight to Caddy as one targeted w
 test("after a slow write, a burst of changes that finds the writer idle goes to Caddy as one write", async (t) => {
   const { caddy, svc, writes } = await setup(t, "100");
   const up = await startUpstream(t, "u");
-  // Enough routes that a write takes tens of milliseconds: the window is 5% of the last write.
-  const load = Array.from({ length: 3000 }, (_, i) => ({
-    "@id": `load${i}.test`,
-    match: [{ host: [`load${i}.test`] }],
-    handle: [{ handler: "static_response", status_code: 200 }],
-  }));
-  const loaded = await caddy.admin.raw("PATCH", "/config/apps/http/servers/srv0/routes", {
-    body: JSON.stringify(load),
-  });
-  assert.equal(loaded.status, 200, loaded.text);
+  const load = await loadMany(caddy);
   await svc.create(route("first.test", up.port));
   writes.length = 0;
   const ids = Array.from({ length: 10 }, (_, i) => `burst${i}.test`);
@@ -235,16 +243,8 @@ test("after a slow write, a burst of changes that finds the writer idle goes to 
 test("a burst that gathers after a slow write still refuses a create whose id another server of Caddy uses", async (t) => {
   const { caddy, svc, writes, app } = await setup(t, "100");
   const up = await startUpstream(t, "u");
-  // Enough routes that a write takes long enough to open the gather window, in which the ids are looked up.
-  const load = Array.from({ length: 3000 }, (_, i) => ({
-    "@id": `load${i}.test`,
-    match: [{ host: [`load${i}.test`] }],
-    handle: [{ handler: "static_response", status_code: 200 }],
-  }));
-  const loaded = await caddy.admin.raw("PATCH", "/config/apps/http/servers/srv0/routes", {
-    body: JSON.stringify(load),
-  });
-  assert.equal(loaded.status, 200, loaded.text);
+  // The ids are looked up in the gather window the slow write opens.
+  await loadMany(caddy);
   await caddy.admin.write("POST", "/config/apps/http/servers/other", {
     listen: ["127.0.0.1:0"],
     routes: [{ "@id": "taken.test", handle: [{ handler: "static_response", body: "x" }] }],
