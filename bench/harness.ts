@@ -94,6 +94,12 @@ export const rssMb = (pid: number) => {
   return m ? Number(m[1]) / 1024 : Number.NaN;
 };
 
+/** CPU time the process has used so far, all its threads, user and system (seconds; Linux's 100 ticks a second). */
+export const cpuSeconds = (pid: number) => {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+};
+
 export const loadAverage = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
 
 export async function waitHttp(port: number, path: string, child: ChildProcess) {

@@ -14,7 +14,16 @@
  */
 import http from "node:http";
 import { join } from "node:path";
-import { call, expect, quantile, routesPath, startAgent, startCaddy, writeBody } from "./harness.js";
+import {
+  call,
+  cpuSeconds,
+  expect,
+  quantile,
+  routesPath,
+  startAgent,
+  startCaddy,
+  writeBody,
+} from "./harness.js";
 import { ownRoutes, smallHostMix, Tally, type ThroughputLoad } from "./throughput-loads.js";
 
 export interface ThroughputResult {
@@ -28,6 +37,9 @@ export interface ThroughputResult {
   p99Ms: number;
   /** Callbacks the receiver got while measuring, for a load that asks for them. */
   callbacks: number | undefined;
+  /** CPU time the agent and its Caddy used per change answered while measuring (ms). */
+  agentCpuMs: number;
+  caddyCpuMs: number;
 }
 
 const CLIENTS = 200;
@@ -64,14 +76,21 @@ async function run(dir: string, label: string, root: string | undefined, load: T
         started.client(n, agent.port, keepAlive, tally),
       );
       await sleep(WARMUP_S * 1000);
+      const cpu = () => [cpuSeconds(agent.child.pid as number), cpuSeconds(caddy.child.pid as number)];
+      const cpu0 = cpu();
       tally.measuring = true;
       const t0 = performance.now();
       await sleep(load.seconds * 1000);
       tally.measuring = false;
       const elapsed = (performance.now() - t0) / 1000;
+      const used = cpu().map((c, i) => (1000 * (c - (cpu0[i] ?? 0))) / Math.max(1, tally.latencies.length));
       tally.stopped = true;
       await Promise.all(clients);
-      return result(label, elapsed, tally, started.callbacks());
+      return {
+        ...result(label, elapsed, tally, started.callbacks()),
+        agentCpuMs: used[0] ?? 0,
+        caddyCpuMs: used[1] ?? 0,
+      };
     } finally {
       keepAlive.destroy();
       await started.stop();
@@ -82,7 +101,7 @@ async function run(dir: string, label: string, root: string | undefined, load: T
   }
 }
 
-function result(label: string, seconds: number, t: Tally, callbacks: number | undefined): ThroughputResult {
+function result(label: string, seconds: number, t: Tally, callbacks: number | undefined) {
   const { latencies, failures, failedBy } = t;
   return {
     label,
@@ -113,11 +132,11 @@ function report(load: ThroughputLoad, results: ThroughputResult[], other: string
   const withCallbacks = results.some((r) => r.callbacks !== undefined);
   const lines = [
     `concurrent changes: ${CLIENTS} clients ${load.title}, ${load.seconds} s after ${WARMUP_S} s of warm-up`,
-    `| agent | changes | per second | p50 ms | p99 ms | failed |${withCallbacks ? " callbacks/s |" : ""}`,
-    `|---|---|---|---|---|---|${withCallbacks ? "---|" : ""}`,
+    `| agent | changes | per second | p50 ms | p99 ms | failed | agent CPU ms/change | Caddy CPU ms/change |${withCallbacks ? " callbacks/s |" : ""}`,
+    `|---|---|---|---|---|---|---|---|${withCallbacks ? "---|" : ""}`,
     ...results.map(
       (r) =>
-        `| ${mine(r) ? "this checkout" : other} (${r.label}) | ${r.changes} | ${r.perSecond.toFixed(0)} | ${r.p50Ms.toFixed(0)} | ${r.p99Ms.toFixed(0)} | ${r.failures}${r.failures > 0 ? ` ${JSON.stringify(r.failedBy)}` : ""} |${withCallbacks ? ` ${((r.callbacks ?? 0) / r.seconds).toFixed(0)} |` : ""}`,
+        `| ${mine(r) ? "this checkout" : other} (${r.label}) | ${r.changes} | ${r.perSecond.toFixed(0)} | ${r.p50Ms.toFixed(0)} | ${r.p99Ms.toFixed(0)} | ${r.failures}${r.failures > 0 ? ` ${JSON.stringify(r.failedBy)}` : ""} | ${r.agentCpuMs.toFixed(2)} | ${r.caddyCpuMs.toFixed(2)} |${withCallbacks ? ` ${((r.callbacks ?? 0) / r.seconds).toFixed(0)} |` : ""}`,
     ),
   ];
   if (!other) return lines;
