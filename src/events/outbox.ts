@@ -4,7 +4,7 @@ import type { Metrics } from "../metrics/metrics.js";
 import type { Db } from "../store/db.js";
 import { settledWithin } from "../util/timers.js";
 import { type AttemptResult, deliverSigned } from "./delivery.js";
-import type { DenyList } from "./egress.js";
+import { CallbackConnections, type DenyList } from "./egress.js";
 import type { EventType } from "./event-kinds.js";
 import { judgeAttempt, type Verdict } from "./retry-policy.js";
 import {
@@ -57,6 +57,8 @@ export class Outbox {
   /** Attempts made by deliverNow, outside the worker's concurrency. */
   private readonly firstAttempts = new Set<Promise<boolean>>();
   /** Attempts that ended and whose records wait for the next write of them (see `recorded`). */
+  /** The callbacks' kept-alive connections. */
+  private readonly connections = new CallbackConnections();
   private unrecorded: { record: AttemptRecord; written: () => void; failed: (err: unknown) => void }[] = [];
   private readonly concurrency: number;
 
@@ -175,6 +177,7 @@ export class Outbox {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     await settledWithin(Promise.allSettled([...this.running, ...this.firstAttempts]), waitMs);
+    this.connections.closeIdle();
   }
 
   /** Arms the worker's timer for `delayMs` from now, unless it is already armed to fire sooner. */
@@ -240,10 +243,11 @@ export class Outbox {
     const attemptNo = ev.attempts + 1;
     const started = new Date();
     const { secret, deny } = this.opts;
+    const connections = this.connections;
     let result: AttemptResult;
     let verdict: Verdict;
     try {
-      result = await deliverSigned(ev, { secret, deny, timeoutMs });
+      result = await deliverSigned(ev, { secret, deny, timeoutMs, connections });
       verdict = judgeAttempt(result, attemptNo - ev.schedule_offset, this.opts.retryScheduleSeconds);
       await this.recorded({
         eventId: ev.id,
