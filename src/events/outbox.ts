@@ -56,9 +56,9 @@ export class Outbox {
   private running = new Set<Promise<void>>();
   /** Attempts made by deliverNow, outside the worker's concurrency. */
   private readonly firstAttempts = new Set<Promise<boolean>>();
-  /** Attempts that ended and whose records wait for the next write of them (see `recorded`). */
   /** The callbacks' kept-alive connections. */
   private readonly connections = new CallbackConnections();
+  /** Attempts that ended and whose records wait for the next write of them (see `recorded`). */
   private unrecorded: { record: AttemptRecord; written: () => void; failed: (err: unknown) => void }[] = [];
   private readonly concurrency: number;
 
@@ -122,43 +122,20 @@ export class Outbox {
   /**
    * Starts one attempt now, outside the worker's schedule; it ends within `timeoutMs`. The attempt never
    * rejects: a failure is recorded and the event stays with the worker's schedule. close() waits for it.
-   * The event is held from the call on, so the worker leaves it alone, but read and sent once the caller's
-   * turn of the event loop ends: the route writer starts the first attempts of a whole batch of changes as
-   * it records them, before it writes the batch to Caddy, which need not wait for the attempts' requests.
    */
-  deliverNow(id: string, timeoutMs: number): Promise<boolean> {
-    if (this.inFlight.has(id)) return Promise.resolve(false);
-    this.inFlight.add(id);
-    const attempt = new Promise<boolean>((resolve) => {
-      setImmediate(() => {
-        this.inFlight.delete(id);
-        resolve(this.firstAttempt(id, timeoutMs));
-      });
-    });
+  async deliverNow(id: string, timeoutMs: number): Promise<boolean> {
+    const ev = this.get(id);
+    if (!ev) return false;
+    if (ev.state !== "pending") return ev.state === "delivered";
+    if (!this.mayStart(ev)) return false;
+    const attempt = this.attemptLogged(ev, timeoutMs);
     this.firstAttempts.add(attempt);
-    void attempt.then(() => this.firstAttempts.delete(attempt));
+    void attempt.then(() => {
+      this.firstAttempts.delete(attempt);
+      // Later events of its key may have been written meanwhile and wait for this one: the worker takes them.
+      if (ev.ordering_key) this.schedule(0);
+    });
     return attempt;
-  }
-
-  /** The attempt `deliverNow` starts: none when the event is not pending, or must wait for another. */
-  private async firstAttempt(id: string, timeoutMs: number): Promise<boolean> {
-    let ev: OutboxEvent | undefined;
-    try {
-      ev = this.get(id);
-      if (!ev) return false;
-      if (ev.state !== "pending") return ev.state === "delivered";
-      if (!this.mayStart(ev)) return false;
-    } catch (err) {
-      this.opts.log.error(
-        { err, event: id },
-        "a first delivery attempt could not start; the event stays pending",
-      );
-      return false;
-    }
-    const ok = await this.attemptLogged(ev, timeoutMs);
-    // Later events of its key may have been written meanwhile and wait for this one: the worker takes them.
-    if (ev.ordering_key) this.schedule(0);
-    return ok;
   }
 
   /** Wakes the worker, e.g. after events were written. */
