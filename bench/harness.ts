@@ -94,6 +94,12 @@ export const rssMb = (pid: number) => {
   return m ? Number(m[1]) / 1024 : Number.NaN;
 };
 
+/** CPU time the process has used so far, all its threads, user and system (seconds; Linux's 100 ticks a second). */
+export const cpuSeconds = (pid: number) => {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+};
+
 export const loadAverage = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
 
 export async function waitHttp(port: number, path: string, child: ChildProcess) {
@@ -240,11 +246,18 @@ export interface BenchAgent {
   call: (method: string, path: string, body?: unknown) => Promise<Res>;
   auth: Record<string, string>;
   stop(): void;
+  /**
+   * Stops the agent as its service manager does (SIGTERM), so that what it writes on its way out (a CPU
+   * profile of `BENCH_AGENT_NODE_OPTIONS=--cpu-prof`) is written; SIGKILL when it has not exited in 15 s.
+   */
+  end(): Promise<void>;
 }
 
 /**
  * The agent of the checkout at `root` (this one by default; another to compare versions) exactly as its
  * `npm start` runs it (scripts/start, the pinned Node, the same flags), on `caddy`, once it is ready.
+ * `BENCH_AGENT_NODE_OPTIONS` becomes its NODE_OPTIONS (`--cpu-prof --cpu-prof-dir=<dir>` profiles it; stop
+ * it with `end` then), and its PID is printed so each profile can be told from the others.
  */
 export async function startAgent(
   dir: string,
@@ -270,18 +283,27 @@ export async function startAgent(
       // the default issuer (acme) the agent would turn it on, and Caddy would try to get certificates for
       // every one of the routes' hosts.
       HOSTKEEPER_TLS_ISSUER: "off",
+      ...(process.env.BENCH_AGENT_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_AGENT_NODE_OPTIONS } : {}),
       ...opts.env,
     },
   });
+  if (process.env.BENCH_AGENT_NODE_OPTIONS) console.error(`agent of ${root}: pid ${child.pid}`);
   const stop = () => {
     if (child.pid && child.exitCode === null) process.kill(child.pid, "SIGKILL");
+  };
+  const end = async () => {
+    if (!child.pid || child.exitCode !== null) return;
+    const exited = new Promise((r) => child.once("exit", r));
+    process.kill(child.pid, "SIGTERM");
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000).unref())]);
+    stop();
   };
   await waitHttp(port, opts.readyPath ?? "/readyz", child).catch((err: unknown) => {
     stop();
     throw err;
   });
   const auth = { authorization: `Bearer ${TOKEN}` };
-  return { port, child, auth, stop, call: (method, path, body) => call(port, method, path, body, auth) };
+  return { port, child, auth, stop, end, call: (method, path, body) => call(port, method, path, body, auth) };
 }
 
 export interface Row {

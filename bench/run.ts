@@ -5,7 +5,8 @@
  *
  * Run: `npm run bench` (after `bash scripts/install.sh`). Options (see docs/performance.md):
  *   --keepalive, --streams   the connection benchmarks instead (bench/connections.ts)
- *   --throughput[=SECONDS]   concurrent changes instead (bench/throughput.ts; BENCH_COMPARE_ROOT: another checkout)
+ *   --throughput[=SECONDS]   concurrent changes instead, at about 300 routes with callbacks and at the largest size
+ *                      (bench/throughput.ts; BENCH_COMPARE_ROOT: another checkout; BENCH_THROUGHPUT_LOADS=small|large)
  *   --soak[=SECONDS]   also soak the agent at the largest size with 200 clients (default 600 s, after 60 s warm-up)
  *   BENCH_SIZES        route counts, default 1000,20000 (targets hold at the largest)
  *   BENCH_ROUNDS       single changes of each kind per size, default 40 at 1,000 and 10 above 5,000
@@ -152,7 +153,12 @@ async function throughput(argv: readonly string[]): Promise<number | undefined> 
   if (!arg) return undefined;
   const dir = mkdtempSync(join(tmpdir(), "hk-bench-"));
   process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
-  const lines = await throughputBench(dir, Math.max(...SIZES), Number(arg.split("=")[1] ?? 60));
+  const seconds = arg.split("=")[1];
+  const lines = await throughputBench(
+    dir,
+    Math.max(...SIZES),
+    seconds === undefined ? undefined : Number(seconds),
+  );
   console.log(lines.join("\n"));
   return 0;
 }

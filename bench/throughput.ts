@@ -1,81 +1,56 @@
 /**
- * Concurrent changes: `npm run bench -- --throughput[=SECONDS]`. 200 clients each create a route of their own
- * and delete it again, in a loop, against an agent holding 20,000 routes (`BENCH_SIZES`' largest), for
- * SECONDS (default 60) after a 10-s warm-up; prints changes per second, p50 and p99 of a change. With
- * `BENCH_COMPARE_ROOT=<checkout>` (built, with its own node_modules) that checkout's agent runs the same load
- * in the same run, the two alternating twice, each on a Caddy of its own, and the ratios are printed: how
- * the project finds where throughput went between two commits. `BENCH_COMPARE_PATH` is the PATH that agent
- * runs with (its `npm start` runs `node` from it): `/usr/bin:/bin` for the machine's Node, as an older checkout
+ * Concurrent changes: `npm run bench -- --throughput[=SECONDS]`. 200 clients change routes through the
+ * agent for SECONDS after a 10-s warm-up, in two loads (bench/throughput-loads.ts): a small host, about 300
+ * routes, where the clients create, replace and delete routes among 300 ids with a callback URL on every
+ * change (a receiver on loopback answers them; 30 s by default), and the largest size (`BENCH_SIZES`',
+ * 20,000 routes), where each client creates a route of its own and deletes it again (60 s by default).
+ * `BENCH_THROUGHPUT_LOADS=small` or `=large` runs one of them. Prints changes per second, p50 and p99 of a
+ * change and the failures of each run. With `BENCH_COMPARE_ROOT=<checkout>` (built, with its own
+ * node_modules) that checkout's agent runs the same load in the same run, the two alternating
+ * `BENCH_THROUGHPUT_ROUNDS` times (default 2; 1 without a checkout to compare), each on a Caddy of its own, and the ratios are printed: how the
+ * project finds where throughput went between two commits. `BENCH_COMPARE_PATH` is the PATH that agent runs
+ * with (its `npm start` runs `node` from it): `/usr/bin:/bin` for the machine's Node, as an older checkout
  * ran; by default the pinned Node's, which must then be what that checkout's native modules were built for.
  */
 import http from "node:http";
 import { join } from "node:path";
 import {
-  benchRoute,
   call,
+  cpuSeconds,
   expect,
   quantile,
   routesPath,
   startAgent,
   startCaddy,
-  TOKEN,
   writeBody,
 } from "./harness.js";
+import { ownRoutes, smallHostMix, Tally, type ThroughputLoad } from "./throughput-loads.js";
 
 export interface ThroughputResult {
   label: string;
   seconds: number;
   changes: number;
   failures: number;
+  failedBy: Record<string, number>;
   perSecond: number;
   p50Ms: number;
   p99Ms: number;
+  /** Callbacks the receiver got while measuring, for a load that asks for them. */
+  callbacks: number | undefined;
+  /** CPU time the agent and its Caddy used per change answered while measuring (ms). */
+  agentCpuMs: number;
+  caddyCpuMs: number;
 }
 
 const CLIENTS = 200;
 const WARMUP_S = 10;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** One POST or DELETE on a keep-alive connection; the status and how long it took. */
-function change(port: number, agent: http.Agent, method: string, path: string, body?: unknown) {
-  const data = body === undefined ? undefined : JSON.stringify(body);
-  const t0 = performance.now();
-  return new Promise<{ status: number; ms: number }>((resolve, reject) => {
-    const req = http.request(
-      {
-        host: "127.0.0.1",
-        port,
-        path,
-        method,
-        agent,
-        headers: {
-          authorization: `Bearer ${TOKEN}`,
-          ...(data ? { "content-type": "application/json", "content-length": Buffer.byteLength(data) } : {}),
-        },
-      },
-      (res) => {
-        res.resume();
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, ms: performance.now() - t0 }));
-        res.on("error", reject);
-      },
-    );
-    req.on("error", reject);
-    req.end(data);
-  });
-}
-
-/** The load against one agent (the checkout at `root`) on a Caddy of its own holding `routes` routes. */
-async function run(
-  dir: string,
-  label: string,
-  root: string | undefined,
-  routes: number,
-  seconds: number,
-): Promise<ThroughputResult> {
+/** The load against one agent (the checkout at `root`) on a Caddy of its own. */
+async function run(dir: string, label: string, root: string | undefined, load: ThroughputLoad) {
   const caddy = await startCaddy(dir, `tp-caddy-${label}`);
   try {
-    const base = Array.from({ length: routes }, (_, i) => benchRoute(`tp${i}.bench.test`, i));
-    expect(await call(caddy.adminPort, "PATCH", routesPath, base), 200, "load routes");
+    expect(await call(caddy.adminPort, "PATCH", routesPath, load.base()), 200, "load routes");
     const agent = await startAgent(dir, caddy, {
       // An older checkout may have no /readyz; its routes answer once its Caddy does.
       ...(root ? { root, readyPath: "/healthz" } : {}),
@@ -85,6 +60,8 @@ async function run(
       },
     });
     const keepAlive = new http.Agent({ keepAlive: true, maxSockets: CLIENTS });
+    const tally = new Tally();
+    const started = await load.start(tally);
     try {
       expect(await agent.call("GET", "/v1/proxy/routes"), 200, "agent lists the routes");
       // The agent's start-up work first: the routes were loaded raw, without the agent's stream_close_delay,
@@ -95,76 +72,110 @@ async function run(
         expect(await agent.call("POST", "/v1/proxy/routes", writeBody(id)), 201, "warm-up create");
         expect(await agent.call("DELETE", `/v1/proxy/routes/${id}`), 204, "warm-up delete");
       }
-      const latencies: number[] = [];
-      let failures = 0;
-      let measuring = false;
-      let stop = false;
-      const client = async (n: number) => {
-        for (let i = 0; !stop; i++) {
-          const id = `t${n}-${i}.tp.bench.test`;
-          for (const [method, path, body, want] of [
-            ["POST", "/v1/proxy/routes", writeBody(id), 201],
-            ["DELETE", `/v1/proxy/routes/${id}`, undefined, 204],
-          ] as const) {
-            const r = await change(agent.port, keepAlive, method, path, body).catch(() => undefined);
-            if (!measuring) continue;
-            if (r?.status === want) latencies.push(r.ms);
-            else failures++;
-          }
-        }
-      };
-      const clients = Array.from({ length: CLIENTS }, (_, n) => client(n));
+      const clients = Array.from({ length: CLIENTS }, (_, n) =>
+        started.client(n, agent.port, keepAlive, tally),
+      );
       await sleep(WARMUP_S * 1000);
-      measuring = true;
+      const cpu = () => [cpuSeconds(agent.child.pid as number), cpuSeconds(caddy.child.pid as number)];
+      const cpu0 = cpu();
+      tally.measuring = true;
       const t0 = performance.now();
-      await sleep(seconds * 1000);
-      measuring = false;
+      await sleep(load.seconds * 1000);
+      tally.measuring = false;
       const elapsed = (performance.now() - t0) / 1000;
-      stop = true;
+      const used = cpu().map((c, i) => (1000 * (c - (cpu0[i] ?? 0))) / Math.max(1, tally.latencies.length));
+      tally.stopped = true;
       await Promise.all(clients);
       return {
-        label,
-        seconds: elapsed,
-        changes: latencies.length,
-        failures,
-        perSecond: latencies.length / elapsed,
-        p50Ms: quantile(latencies, 0.5),
-        p99Ms: quantile(latencies, 0.99),
+        ...result(label, elapsed, tally, started.callbacks()),
+        agentCpuMs: used[0] ?? 0,
+        caddyCpuMs: used[1] ?? 0,
       };
     } finally {
       keepAlive.destroy();
-      agent.stop();
+      await started.stop();
+      await agent.end();
     }
   } finally {
     caddy.stop();
   }
 }
 
-/** This checkout's agent, and `BENCH_COMPARE_ROOT`'s when set, alternating twice. */
-export async function throughputBench(dir: string, routes: number, seconds: number): Promise<string[]> {
-  const other = process.env.BENCH_COMPARE_ROOT;
+function result(label: string, seconds: number, t: Tally, callbacks: number | undefined) {
+  const { latencies, failures, failedBy } = t;
+  return {
+    label,
+    seconds,
+    changes: latencies.length,
+    failures,
+    failedBy,
+    perSecond: latencies.length / seconds,
+    p50Ms: quantile(latencies, 0.5),
+    p99Ms: quantile(latencies, 0.99),
+    callbacks,
+  };
+}
+
+/** One load against this checkout's agent and `other`'s when set, alternating `rounds` times. */
+async function runLoad(dir: string, load: ThroughputLoad, other: string | undefined, rounds: number) {
   const results: ThroughputResult[] = [];
-  for (let round = 0; round < (other ? 2 : 1); round++) {
-    results.push(await run(dir, `this-${round}`, undefined, routes, seconds));
-    if (other) results.push(await run(dir, `other-${round}`, other, routes, seconds));
+  for (let round = 0; round < rounds; round++) {
+    results.push(await run(dir, `${load.key}-this-${round}`, undefined, load));
+    if (other) results.push(await run(dir, `${load.key}-other-${round}`, other, load));
   }
+  return results;
+}
+
+/** The report of one load: a row per run, and with `other` the ratios of the two, overall and per round. */
+function report(load: ThroughputLoad, results: ThroughputResult[], other: string | undefined): string[] {
+  const mine = (r: ThroughputResult) => r.label.includes("-this-");
+  const withCallbacks = results.some((r) => r.callbacks !== undefined);
   const lines = [
-    `concurrent changes: ${CLIENTS} clients creating and deleting routes of their own at ${routes} routes, ${seconds} s after ${WARMUP_S} s of warm-up`,
-    "| agent | changes | per second | p50 ms | p99 ms | failed |",
-    "|---|---|---|---|---|---|",
+    `concurrent changes: ${CLIENTS} clients ${load.title}, ${load.seconds} s after ${WARMUP_S} s of warm-up`,
+    `| agent | changes | per second | p50 ms | p99 ms | failed | agent CPU ms/change | Caddy CPU ms/change |${withCallbacks ? " callbacks/s |" : ""}`,
+    `|---|---|---|---|---|---|---|---|${withCallbacks ? "---|" : ""}`,
     ...results.map(
       (r) =>
-        `| ${r.label.startsWith("this") ? "this checkout" : other} (${r.label}) | ${r.changes} | ${r.perSecond.toFixed(0)} | ${r.p50Ms.toFixed(0)} | ${r.p99Ms.toFixed(0)} | ${r.failures} |`,
+        `| ${mine(r) ? "this checkout" : other} (${r.label}) | ${r.changes} | ${r.perSecond.toFixed(0)} | ${r.p50Ms.toFixed(0)} | ${r.p99Ms.toFixed(0)} | ${r.failures}${r.failures > 0 ? ` ${JSON.stringify(r.failedBy)}` : ""} | ${r.agentCpuMs.toFixed(2)} | ${r.caddyCpuMs.toFixed(2)} |${withCallbacks ? ` ${((r.callbacks ?? 0) / r.seconds).toFixed(0)} |` : ""}`,
     ),
   ];
-  if (other) {
-    const sum = (prefix: string, f: (r: ThroughputResult) => number) =>
-      results.filter((r) => r.label.startsWith(prefix)).reduce((a, r) => a + f(r), 0);
-    const perSecond = sum("this", (r) => r.changes) / sum("this", (r) => r.seconds);
-    const otherPerSecond = sum("other", (r) => r.changes) / sum("other", (r) => r.seconds);
-    lines.push(
-      `this checkout makes ${(perSecond / otherPerSecond).toFixed(2)}x the changes per second of ${other} (target >= 1.00)`,
+  if (!other) return lines;
+  const rate = (rs: ThroughputResult[]) =>
+    rs.reduce((a, r) => a + r.changes, 0) / rs.reduce((a, r) => a + r.seconds, 0);
+  const ours = results.filter(mine);
+  const theirs = results.filter((r) => !mine(r));
+  const perRound = ours.map((r, i) => {
+    const o = theirs[i];
+    return o ? `${(r.perSecond / o.perSecond).toFixed(2)}x/${(r.p99Ms / o.p99Ms).toFixed(2)}` : "";
+  });
+  const p99 = (rs: ThroughputResult[]) =>
+    quantile(
+      rs.map((r) => r.p99Ms),
+      0.5,
     );
+  lines.push(
+    `this checkout makes ${(rate(ours) / rate(theirs)).toFixed(2)}x the changes per second of ${other} (target >= 1.00); its median p99 is ${(p99(ours) / p99(theirs)).toFixed(2)}x (target <= 1.00); per round (changes/s ratio / p99 ratio): ${perRound.join(", ")}`,
+  );
+  return lines;
+}
+
+/**
+ * The loads `BENCH_THROUGHPUT_LOADS` names (default both: the small host, then `largest` routes), each
+ * against this checkout's agent and `BENCH_COMPARE_ROOT`'s when set. `seconds` overrides each load's default.
+ */
+export async function throughputBench(dir: string, largest: number, seconds?: number): Promise<string[]> {
+  const other = process.env.BENCH_COMPARE_ROOT;
+  const rounds = Number(process.env.BENCH_THROUGHPUT_ROUNDS ?? (other ? 2 : 1));
+  const wanted = (process.env.BENCH_THROUGHPUT_LOADS ?? "small,large").split(",");
+  const loads = [smallHostMix(seconds ?? 30), ownRoutes(largest, seconds ?? 60)].filter((l) =>
+    wanted.includes(l.key),
+  );
+  const lines: string[] = [];
+  for (const load of loads) {
+    const results = await runLoad(dir, load, other, rounds);
+    lines.push(...(lines.length > 0 ? [""] : []), ...report(load, results, other));
+    // Printed as each load ends too: the two take about 25 minutes side by side.
+    console.error(report(load, results, other).join("\n"));
   }
   return lines;
 }

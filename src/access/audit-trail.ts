@@ -50,18 +50,23 @@ export function auditMutations(
   audit: AuditLog,
   now: () => number,
 ): (request: FastifyRequest, reply: FastifyReply) => void {
-  const ids = new WeakMap<FastifyRequest, number>();
+  // Each record's id, and the summary it was begun with.
+  const begun = new WeakMap<FastifyRequest, { id: number; summary: string }>();
   app.addHook("preValidation", async (request) => {
-    const id = ids.get(request);
-    if (id !== undefined) audit.describe(id, auditSummary(request, true));
+    const record = begun.get(request);
+    if (record === undefined) return;
+    const summary = auditSummary(request, true);
+    // A body without fields a summary carries (a delete's callback_url, say) leaves the record as it is.
+    if (JSON.stringify(summary) !== record.summary) audit.describe(record.id, summary);
   });
   // Fastify calls this once the answer is sent (inject included); a connection that closes first never gets here.
   app.addHook("onResponse", async (request, reply) => {
-    const id = ids.get(request);
-    if (id !== undefined) audit.complete(id, outcomeOf(reply.statusCode), reply.statusCode);
+    const record = begun.get(request);
+    if (record !== undefined) audit.complete(record.id, outcomeOf(reply.statusCode), reply.statusCode);
   });
   return (request, reply) => {
     if (READS.has(request.method) || !request.principal) return;
+    const summary = auditSummary(request, false);
     const id = audit.begin({
       at: new Date(now()),
       token: request.principal.name,
@@ -70,9 +75,9 @@ export function auditMutations(
       method: request.method,
       route: request.routeOptions.url ?? "",
       path: request.url.split("?")[0] ?? request.url,
-      summary: auditSummary(request, false),
+      summary,
     });
-    ids.set(request, id);
+    begun.set(request, { id, summary: JSON.stringify(summary) });
     // The connection closed before the answer was all sent (the client went away, or timed out): the
     // handler may still finish the change, but nobody learns its outcome.
     reply.raw.once("close", () => {

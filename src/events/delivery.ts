@@ -1,4 +1,4 @@
-import { type DenyList, guardedPost } from "./egress.js";
+import { type CallbackConnections, type DenyList, guardedPost } from "./egress.js";
 import { signWebhook } from "./signing.js";
 import type { OutboxEvent } from "./store.js";
 
@@ -14,6 +14,7 @@ export interface DeliveryOptions {
   secret: string;
   deny: DenyList;
   timeoutMs: number;
+  connections?: CallbackConnections;
 }
 
 /**
@@ -33,7 +34,7 @@ export async function deliverSigned(ev: OutboxEvent, opts: DeliveryOptions): Pro
         "webhook-timestamp": String(timestamp),
         "webhook-signature": signWebhook(opts.secret, ev.id, timestamp, ev.payload),
       },
-      { deny: opts.deny, timeoutMs: opts.timeoutMs },
+      { deny: opts.deny, timeoutMs: opts.timeoutMs, connections: opts.connections },
     );
     const ok = res.status >= 200 && res.status < 300;
     return {

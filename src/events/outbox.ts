@@ -5,10 +5,16 @@ import type { Db } from "../store/db.js";
 import { Periodic } from "../util/periodic.js";
 import { settledWithin } from "../util/timers.js";
 import { type AttemptResult, deliverSigned } from "./delivery.js";
-import type { DenyList } from "./egress.js";
+import { CallbackConnections, type DenyList } from "./egress.js";
 import type { EventType } from "./event-kinds.js";
-import { judgeAttempt } from "./retry-policy.js";
-import { type EventFilter, type OutboxAttempt, type OutboxEvent, OutboxStore } from "./store.js";
+import { judgeAttempt, type Verdict } from "./retry-policy.js";
+import {
+  type AttemptRecord,
+  type EventFilter,
+  type OutboxAttempt,
+  type OutboxEvent,
+  OutboxStore,
+} from "./store.js";
 
 /** The longest the worker sleeps while an event is pending. */
 const MAX_WAIT_MS = 60_000;
@@ -53,6 +59,10 @@ export class Outbox {
   private running = new Set<Promise<void>>();
   /** Attempts made by deliverNow, outside the worker's concurrency. */
   private readonly firstAttempts = new Set<Promise<boolean>>();
+  /** The callbacks' kept-alive connections. */
+  private readonly connections = new CallbackConnections();
+  /** Attempts that ended and whose records wait for the next write of them (see `recorded`). */
+  private unrecorded: { record: AttemptRecord; written: () => void; failed: (err: unknown) => void }[] = [];
   private readonly concurrency: number;
 
   constructor(
@@ -153,6 +163,7 @@ export class Outbox {
   async close(waitMs = 5000): Promise<void> {
     await this.worker.stop();
     await settledWithin(Promise.allSettled([...this.running, ...this.firstAttempts]), waitMs);
+    this.connections.closeIdle();
   }
 
   /** Wakes the worker within `delayMs`, unless it is already due sooner. */
@@ -201,36 +212,39 @@ export class Outbox {
     });
   }
 
-  /** One attempt: sent while its event and ordering key are marked in flight, then recorded, counted, logged. */
+  /**
+   * One attempt: sent and recorded while its event and ordering key are marked in flight (a tick of the
+   * worker between the two would find the event still pending and due), then counted and logged.
+   */
   private async attempt(ev: OutboxEvent, timeoutMs: number): Promise<boolean> {
     this.inFlight.add(ev.id);
     if (ev.ordering_key) this.keysInFlight.add(ev.ordering_key);
     const attemptNo = ev.attempts + 1;
     const started = new Date();
     const { secret, deny } = this.opts;
+    const connections = this.connections;
     let result: AttemptResult;
+    let verdict: Verdict;
     try {
-      result = await deliverSigned(ev, { secret, deny, timeoutMs });
+      result = await deliverSigned(ev, { secret, deny, timeoutMs, connections });
+      verdict = judgeAttempt(result, attemptNo - ev.schedule_offset, this.opts.retryScheduleSeconds);
+      await this.recorded({
+        eventId: ev.id,
+        attempt: attemptNo,
+        started,
+        durationMs: Date.now() - started.getTime(),
+        statusCode: result.statusCode,
+        error: result.error,
+        state: verdict.state,
+        nextAttemptAt: verdict.delayMs === undefined ? ev.next_attempt_at : Date.now() + verdict.delayMs,
+        deliveredAt: verdict.state === "delivered" ? new Date().toISOString() : null,
+      });
     } finally {
       this.inFlight.delete(ev.id);
       if (ev.ordering_key) this.keysInFlight.delete(ev.ordering_key);
     }
-    const { state, delayMs, outcome } = judgeAttempt(
-      result,
-      attemptNo - ev.schedule_offset,
-      this.opts.retryScheduleSeconds,
-    );
+    const { state, delayMs, outcome } = verdict;
     const ok = state === "delivered";
-    this.store.recordAttemptOf({
-      eventId: ev.id,
-      attempt: attemptNo,
-      started,
-      statusCode: result.statusCode,
-      error: result.error,
-      state,
-      nextAttemptAt: delayMs === undefined ? ev.next_attempt_at : Date.now() + delayMs,
-      deliveredAt: ok ? new Date().toISOString() : null,
-    });
     this.opts.metrics?.deliveryAttempts.inc({ outcome });
     if (ok) this.opts.log.debug({ event: ev.id, type: ev.type, attempt: attemptNo }, "callback delivered");
     else
@@ -240,5 +254,36 @@ export class Outbox {
       );
     if (state === "pending") this.schedule(delayMs ?? 0);
     return ok;
+  }
+
+  /**
+   * Writes an attempt's record with those of the other attempts that end in the same turn of the event
+   * loop, in one transaction: a burst of changes ends its attempts a few at a time, and a commit is what an
+   * attempt's record costs most. Resolves once the record is written.
+   */
+  private recorded(record: AttemptRecord): Promise<void> {
+    return new Promise((written, failed) => {
+      if (this.unrecorded.length === 0) setImmediate(() => this.writeRecords());
+      this.unrecorded.push({ record, written, failed });
+    });
+  }
+
+  /** The waiting records in one transaction; when that fails, one each, so a record that cannot be written fails alone. */
+  private writeRecords(): void {
+    const batch = this.unrecorded.splice(0);
+    try {
+      this.store.recordAttempts(batch.map((b) => b.record));
+      for (const b of batch) b.written();
+      return;
+    } catch {
+      // Rolled back: each on its own below.
+    }
+    for (const b of batch)
+      try {
+        this.store.recordAttempts([b.record]);
+        b.written();
+      } catch (err) {
+        b.failed(err);
+      }
   }
 }

@@ -82,6 +82,8 @@ export interface AttemptRecord {
   eventId: string;
   attempt: number;
   started: Date;
+  /** How long the attempt took, measured when it ended (its record may be written a moment later). */
+  durationMs: number;
   statusCode: number | null;
   error: string | null;
   state: EventState;
@@ -104,8 +106,9 @@ export class OutboxStore {
   private readonly attemptsOfIds;
   private readonly markRedelivered;
   private readonly byState;
+  private readonly recordAll: (records: readonly AttemptRecord[]) => void;
 
-  constructor(private readonly db: Db) {
+  constructor(db: Db) {
     this.insert = db.prepare(
       `INSERT INTO outbox_events (id, type, url, payload, ordering_key, state, attempts, next_attempt_at, created_at)
        VALUES (@id, @type, @url, @payload, @ordering_key, 'pending', 0, @next_attempt_at, @created_at)`,
@@ -143,6 +146,9 @@ export class OutboxStore {
       `UPDATE outbox_events SET state = 'pending', next_attempt_at = @now, schedule_offset = attempts,
          redelivered_at = @at, delivered_at = NULL WHERE id = @id AND state != 'pending'`,
     );
+    this.recordAll = db.transaction((records: readonly AttemptRecord[]) => {
+      for (const r of records) this.recordOne(r);
+    });
   }
 
   add(row: NewEventRow): void {
@@ -201,25 +207,27 @@ export class OutboxStore {
     return this.blockedByEarlier.get(orderingKey, id) !== undefined;
   }
 
-  /** Records an attempt and updates its event in one transaction. */
-  recordAttemptOf(r: AttemptRecord): void {
-    this.db.transaction(() => {
-      this.recordAttempt.run(
-        r.eventId,
-        r.attempt,
-        r.started.toISOString(),
-        Date.now() - r.started.getTime(),
-        r.statusCode,
-        r.error,
-      );
-      this.updateAfterAttempt.run({
-        id: r.eventId,
-        attempts: r.attempt,
-        state: r.state,
-        next_attempt_at: r.nextAttemptAt,
-        delivered_at: r.deliveredAt,
-        last_error: r.error,
-      });
-    })();
+  /** Records attempts and updates their events, all in one transaction. */
+  recordAttempts(records: readonly AttemptRecord[]): void {
+    this.recordAll(records);
+  }
+
+  private recordOne(r: AttemptRecord): void {
+    this.recordAttempt.run(
+      r.eventId,
+      r.attempt,
+      r.started.toISOString(),
+      r.durationMs,
+      r.statusCode,
+      r.error,
+    );
+    this.updateAfterAttempt.run({
+      id: r.eventId,
+      attempts: r.attempt,
+      state: r.state,
+      next_attempt_at: r.nextAttemptAt,
+      delivered_at: r.deliveredAt,
+      last_error: r.error,
+    });
   }
 }

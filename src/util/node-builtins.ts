@@ -16,6 +16,7 @@ export const http: typeof import("node:http") = load("node:http");
 
 export type { Dirent, FSWatcher, Stats } from "node:fs";
 export type {
+  Agent,
   ClientRequest,
   IncomingHttpHeaders,
   IncomingMessage,

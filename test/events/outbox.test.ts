@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { mkdtempSync, rmSync } from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, type TestContext, test } from "node:test";
@@ -14,7 +16,7 @@ import { projectRoot } from "../../src/paths.js";
 import { type Db, openDatabase } from "../../src/store/db.js";
 import { freePort } from "../../support/loopback.js";
 import { TEST_SECRET } from "../helpers/app.js";
-import { startReceiver, verifyStandardWebhook } from "../helpers/http.js";
+import { closeAfter, startReceiver, verifyStandardWebhook } from "../helpers/http.js";
 
 // The durable webhook outbox on a real SQLite database, delivering to real loopback receivers. Retry
 // schedules are short (or long, where a test must see an event stay pending) through the constructor, and
@@ -355,5 +357,40 @@ describe("outbox: every attempt recorded", () => {
       assert.ok(!Number.isNaN(Date.parse(a.started_at)), a.started_at);
       assert.ok(Number.isInteger(a.duration_ms) && a.duration_ms >= 0, String(a.duration_ms));
     }
+  });
+});
+
+describe("outbox: kept-alive connections", () => {
+  test("two callbacks to one receiver share a connection; one the receiver dropped is sent again on a new one", async (t) => {
+    let connections = 0;
+    const requests: string[] = [];
+    // The second request arrives on the first one's connection, and the receiver drops that connection
+    // without an answer, as a server that closes an idle connection at that moment would.
+    const server = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", () => {
+        requests.push(String(req.headers["webhook-id"]));
+        if (requests.length === 2) req.socket.destroy();
+        else res.writeHead(200).end();
+      });
+    });
+    server.on("connection", () => connections++);
+    closeAfter(t, server);
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+    const { outbox } = openOutbox(t, { retryScheduleSeconds: [60] });
+
+    const first = outbox.add({ type: "system_update", url, data: { n: 1 } });
+    assert.equal(await outbox.deliverNow(first, 5_000), true);
+    const second = outbox.add({ type: "system_update", url, data: { n: 2 } });
+    assert.equal(await outbox.deliverNow(second, 5_000), true);
+    assert.deepEqual(requests, [first, second, second]);
+    assert.equal(connections, 2, "the first connection served the first callback and the dropped request");
+    assert.deepEqual(
+      outbox.attempts(second).map((a) => [a.status_code, a.error]),
+      [[200, null]],
+      "one attempt, answered on the new connection",
+    );
   });
 });
