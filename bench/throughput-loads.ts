@@ -9,8 +9,8 @@
  */
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { buildRoute } from "../src/proxy/build-route.js";
-import type { RouteJson } from "../src/proxy/plan.js";
+import type { RouteJson } from "../src/caddy/routes/plan.js";
+import { buildRoute } from "../src/proxy/route/build-route.js";
 import { benchRoute, TOKEN, UPSTREAM, writeBody } from "./harness.js";
 
 /** What a run counts while it measures: every change answered as expected, and the others by what they got. */
