@@ -1,7 +1,7 @@
 import { sleep as realSleep } from "../util/timers.js";
 
 export interface GatherWindowOptions {
-  /** The window's bound as a share of what the last write took (0.1: a 1.4 s write allows 140 ms). */
+  /** The window's bound as a share of what the last write took (0.1: a tenth of it). */
   share: number;
   /** The bound whatever the last write took. */
   maxMs: number;
@@ -14,10 +14,10 @@ export interface GatherWindowOptions {
 /**
  * How long a change that finds the writer idle waits for others to join it, so that a burst of changes
  * reaches Caddy as one config change (one reload) rather than the first alone and the rest after it. The
- * wait is sized from what a write costs now: a few milliseconds against a 1.4 s reload of 20,000 routes are
- * free, against a 7 ms reload of 100 routes they are not, so a write that fast lets a change go at once.
- * It ends when no change came for `quietMs` (or a quarter of the bound, if less), and never lasts past its
- * bound: a change alone pays the quiet time only, a burst whose changes arrive a millisecond apart all of it.
+ * wait is sized from what a write costs now: a short wait is free beside the slow reload of a large config
+ * and not beside the quick reload of a small one, so a write that fast lets a change go at once. It ends
+ * when no change came for `quietMs` (or a quarter of the bound, if less), and never lasts past its bound: a
+ * change alone pays the quiet time only, a burst whose changes keep arriving all of it.
  */
 export class GatherWindow {
   private lastWriteMs = 0;

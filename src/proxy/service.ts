@@ -331,9 +331,9 @@ export class RouteService {
 }
 
 /**
- * Throws InvalidInputError for the upstreams' `found` issues (see upstream-check.ts); a promise only while
- * they are being found (host names resolving), so a change that needs no resolution reaches the writer in
- * the order it was asked for.
+ * Throws InvalidInputError for the upstreams' `found` issues (see route/upstream-check.ts); a promise only
+ * while they are being found (host names resolving), so a change that needs no resolution reaches the
+ * writer in the order it was asked for.
  */
 function refused(found: InputIssue[] | Promise<InputIssue[]>): Promise<void> | undefined {
   const refuse = (issues: InputIssue[]) => {

@@ -10,10 +10,11 @@ import type { ChangeJournal, RecordedChange } from "./journal.js";
 import { type Pending, WriteSteps } from "./write-step.js";
 
 /**
- * The first change of a batch waits at most 10% of what the last write took from its arrival (140 ms at
- * 20,000 routes, 7 ms at 1,000, none at a couple of hundred) and 10 ms (or a quarter of that) past the last
- * change that joined it: a burst's changes reach the writer about 1 ms apart, each request's own handling.
- * One that waited that long already (behind a write) goes at once.
+ * The first change of a batch waits, counted from its arrival, at most a tenth of what the last write took
+ * (never past `maxMs`) and `quietMs` (or a quarter of that bound) past the last change that joined it. Where
+ * Caddy's reload is slow the wait is small beside it and gathers a whole burst, whose changes arrive apart
+ * by no more than each request's own handling; where the reload is quick there is next to no wait. One that
+ * waited that long already (behind a write) goes at once.
  * HOSTKEEPER_ROUTE_GATHER_MAX_MS sets `maxMs`.
  */
 export const GATHER: GatherWindowOptions = { share: 0.1, maxMs: 250, quietMs: 10 };
@@ -41,7 +42,7 @@ export interface WriterOptions {
 }
 
 /**
- * Config outside the routes that follows what the routes hold (the access logs: access-log-keeper.ts). What
+ * Config outside the routes that follows what the routes hold (the access logs: access-logs/keeper.ts). What
  * a batch's routes need is added before they are written, so they work from their first request; what
  * routes no longer need is taken away once no change is queued, so a burst pays for it once.
  */
@@ -220,8 +221,8 @@ export class RouteWriter {
     }
     if (this.queue.length === 0) {
       // The routes' ETag is computed (or read) after a change was verified and answered, so the next change
-      // starts from a known state without the answer waiting for it: after the answers are sent (at 20,000
-      // routes the computation takes tens of milliseconds, and ran before them).
+      // starts from a known state without the answer waiting for it: at the largest hosts that computation
+      // would otherwise lengthen every answer.
       this.refreshDue = false;
       await setImmediate();
       await this.routes.refresh();

@@ -26,7 +26,7 @@ export interface CachedRoutesOptions extends CaddyRoutesOptions {
 /**
  * The routes store for thousands of routes: `CaddyRoutes` with what it learnt kept between calls. The
  * routes of the last read or verified write are kept for the next change (RoutesCache), their new ETag
- * computed after a write rather than read (caddy/etag.ts), each id's last known position kept to read one
+ * computed after a write rather than read (etag.ts), each id's last known position kept to read one
  * route alone (RoutePositions), and the last list kept while Caddy loads no other config (RoutesSnapshot).
  * It answers every call as `CaddyRoutes` would: whatever it keeps is dropped whenever it may be stale, and
  * every write's If-Match catches what it missed.
@@ -45,7 +45,7 @@ export class CachedRoutes implements RoutesStore {
   /** The last list read, sent again while Caddy has loaded no config since. */
   private readonly snapshot = new RoutesSnapshot();
   /**
-   * Whether a write's new ETag is computed (caddy/etag.ts) rather than read back with all routes. Off for
+   * Whether a write's new ETag is computed (etag.ts) rather than read back with all routes. Off for
    * good once Caddy's ETag of routes it read differs from the one computed for them (a config whose text
    * Go writes in a way the agent does not reproduce): each such write would otherwise cost a 412 and a read.
    */
@@ -146,11 +146,11 @@ export class CachedRoutes implements RoutesStore {
   }
 
   /**
-   * Makes the last known state ready for the next change after a write: the written routes' ETag computed
-   * (tens of milliseconds at 20,000 routes), or, when the agent does not compute it, the routes and their
-   * ETag read. A read's text is parsed once the event loop is idle, so the next change does not wait for it
-   * (at 20,000 routes the parse takes tens of milliseconds; the parsed routes do not show in the idle
-   * agent's resident memory); a failed read leaves no state.
+   * Makes the last known state ready for the next change after a write: the written routes' ETag computed,
+   * or, when the agent does not compute it, the routes and their ETag read. Both run between batches, after
+   * the answers: at the largest hosts either would lengthen an answer. A read's text is parsed once the
+   * event loop is idle, so the next change does not wait for it either (the parsed routes do not show in
+   * the idle agent's resident memory); a failed read leaves no state.
    */
   async refresh(): Promise<void> {
     if (this.cache.state() !== undefined) return;
@@ -174,7 +174,7 @@ export class CachedRoutes implements RoutesStore {
    * If-Match on the routes the plan started from, so it holds the plan's routes. Reading them back would cost
    * a round trip (often two: Caddy restarts its admin endpoint after a change, and a read landing then is
    * reset) and, for a batch, a read and parse of every route, and prove nothing more. The routes' new ETag
-   * is computed from them (caddy/etag.ts) when they are next needed, and the next write's If-Match catches
+   * is computed from them (etag.ts) when they are next needed, and the next write's If-Match catches
    * any difference.
    */
   private written(p: Plan): void {
@@ -184,7 +184,7 @@ export class CachedRoutes implements RoutesStore {
     const only = p.applied.length === 1 ? p.applied[0] : undefined;
     if (only) {
       // One route came, went or changed: move the positions after it rather than index every route again
-      // before the answer (10 ms at 20,000 routes).
+      // before the answer, which at the largest hosts would lengthen the answer of every single change.
       const { op, at, wasPresent } = only;
       const id = opId(op);
       if (op.kind === "delete") this.positions.removeAt(at);

@@ -19,7 +19,7 @@ export interface RoutesState {
   index: RoutesIndex;
   /** ETag of the routes path, or of `/config/` when the server is missing. */
   etag: string;
-  /** The ETag was computed from routes the agent wrote (caddy/etag.ts), not read from Caddy. */
+  /** The ETag was computed from routes the agent wrote (etag.ts), not read from Caddy. */
   etagComputed?: boolean;
   /** The whole config, read only when the server is missing (to find where to create it). */
   config?: Record<string, unknown> | null;
@@ -70,8 +70,8 @@ export interface CaddyRoutesOptions {
   /** Listen addresses of the managed server when it has to be created. */
   listen: readonly string[];
   /**
-   * The agent's fields of Caddy's config outside the routes (caddy-fields.ts): brought in line before the
-   * managed server is created, and carried by what the creation makes.
+   * The agent's fields of Caddy's config outside the routes (caddy/agent-fields.ts): brought in line before
+   * the managed server is created, and carried by what the creation makes.
    */
   fields?: readonly ConfigField[];
 }
@@ -110,7 +110,7 @@ export class CaddyRoutes implements RoutesStore {
 
   /**
    * How many routes Caddy holds now. Read and counted only once per config Caddy loads: a status asked for
-   * by many clients at 20,000 routes does not read and parse 5 MB each time.
+   * by many clients at a large host does not read and parse every route each time.
    */
   count(): Promise<number> {
     return this.counted.get(async () => (JSON.parse(await this.text()) as unknown[]).length);
@@ -193,11 +193,11 @@ export class CaddyRoutes implements RoutesStore {
     const only = p.applied.length === 1 ? p.applied[0] : undefined;
     if (!only) {
       // A batch that only adds routes at the end (creates of new hosts) sends just those: Caddy then parses
-      // a few routes instead of all of them (half a second less at 20,000 routes).
+      // a few routes instead of all of them, a large part of such a write at the largest hosts.
       const added = appendedTo(state.routes, p.routes);
       if (added) return { method: "POST", path: `${path}/...`, body: added };
       // Any other batch sends all routes, as Go's text of them (Caddy decodes it to the same value) made
-      // of each route's text kept for their ETag (caddy/etag.ts): only the routes the batch brought are
+      // of each route's text kept for their ETag (etag.ts): only the routes the batch brought are
       // encoded, and the text is written piece by piece, never held whole.
       const routes = p.routes;
       return { method: "PATCH", path, body: new JsonPieces(() => goJsonPieces(routes)) };

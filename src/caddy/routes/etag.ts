@@ -3,7 +3,7 @@ import { Utf8Xxh64 } from "./xxh64.js";
 /**
  * The ETag Caddy's admin API gives the value at `path` when that value is `value` (admin.go `makeEtag`):
  * `"<path> <hex of XXH64>"` over the text Caddy's GET of that path writes (see `goJson`). The agent writes
- * the routes, so it knows what they hold after a write and need not read 5 MB back to learn their ETag. A
+ * the routes, so it knows what they hold after a write and need not read them all back for their ETag. A
  * wrong one costs no more than a read: Caddy answers the next write's If-Match with 412 and nothing changes.
  * An array's (the routes') is hashed from its elements' texts, kept with them, never joined into one text.
  */
@@ -34,7 +34,7 @@ export function goJson(value: unknown): string {
 /**
  * `goJson`'s text of an array, piece by piece: each element's text (kept with it), "," between them, inside
  * "[" and "]" and a newline. The ETag hashes these pieces, and a batch's request body is written from them
- * (7 MB at 20,000 routes never held as one text).
+ * (never held as one text, however many routes there are).
  */
 export function* goJsonPieces(value: readonly unknown[]): Generator<string, void, undefined> {
   yield "[";

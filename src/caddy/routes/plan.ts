@@ -16,7 +16,8 @@ export type Op =
 
 /**
  * How a change ended: the one name each ending goes by, from the plan's verdict or Caddy's answer to the
- * change's record (journal.ts), its log line and the error the API answers with (errors.ts `changeError`).
+ * change's record (proxy/journal.ts), its log line and the error the API answers with (proxy/errors.ts
+ * `changeError`).
  */
 export type ChangeOutcome =
   /** Caddy holds the change; `route` is the route it wrote (null for a removal). */
@@ -96,8 +97,8 @@ function placement(routes: readonly RouteJson[], route: RouteJson, candidates: R
 
 /**
  * What a plan looks up in a routes array, built in one pass when the array is read from Caddy rather than
- * in every plan: at 20,000 routes, finding ids and the routes that may shadow a new one by scanning took a
- * plan about 19 ms, and a change planned twice.
+ * in every plan: finding ids and the routes that may shadow a new one by scanning every route made each
+ * plan as slow as the routes are many, and a change may be planned twice.
  */
 export interface RoutesIndex {
   /** Position of the first route holding each id (Caddy before 2.11.2 accepts one id twice). */

@@ -2,9 +2,9 @@ import type { RouteJson } from "./plan.js";
 
 /**
  * Where each route id was in the routes last parsed or written: a hint for reading one route alone, kept for
- * as long as the agent runs. A 32-bit hash of each route's `@id` by position (80 KB at 20,000 routes, outside
+ * as long as the agent runs. A 32-bit hash of each route's `@id` by position (four bytes a route, outside
  * V8's heap), not a map of the ids: that map, and the id strings it kept alive after the parsed routes were
- * let go, held 1.6 MB of the heap at 20,000 routes. A hint may be wrong (two ids of one hash, routes changed
+ * let go, held many times as much of the heap. A hint may be wrong (two ids of one hash, routes changed
  * in Caddy by someone else), so whoever reads a hinted position checks the `@id` it finds there.
  */
 export class RoutePositions {

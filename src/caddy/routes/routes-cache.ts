@@ -6,9 +6,8 @@ import type { RouteJson } from "./plan.js";
 
 /**
  * How long routes parsed for the next change are kept after the last read; then only Caddy's text is,
- * compressed (15 MB parsed and 5 MB of text at 20,000 routes; 134 KB compressed, in 8 ms), inflated and
- * parsed again by the next change (about 12 + 80 ms at 20,000 routes, against over a second for Caddy to
- * apply a change there).
+ * compressed (a small fraction of the parsed routes, and quick to make), inflated and parsed again by the
+ * next change (little beside what Caddy takes to apply a change to the same routes).
  */
 export const PARSED_KEPT_MS = 10_000;
 
@@ -31,7 +30,7 @@ export class RoutesCache {
   /**
    * The parsed routes held, to be put away (with Caddy's text of them, when they were read as text). One
    * timer for whatever is held then: a timer per parse would keep each parse's routes and text alive for
-   * `keptMs` after the next replaced it (up to one 7 MB text per batch of the last `keptMs` in the soak).
+   * `keptMs` after the next replaced it (under steady changes, the text of every route per recent batch).
    */
   private parsedText: { state: RoutesState; text: string | undefined } | undefined;
   private putAway: NodeJS.Timeout | undefined;
@@ -40,7 +39,7 @@ export class RoutesCache {
     private readonly keptMs: number,
     /** Called with the routes each time they are parsed or written (their index says where each id is). */
     private readonly parsed: (state: RoutesState) => void,
-    /** The ETag Caddy gives these routes (caddy/etag.ts). */
+    /** The ETag Caddy gives these routes (etag.ts). */
     private readonly etagOf: (routes: RouteJson[]) => string,
   ) {}
 
@@ -59,7 +58,7 @@ export class RoutesCache {
 
   /**
    * Holds Caddy's text of the routes read after a write. It is parsed once the event loop is idle, so the
-   * next change does not wait for it (at 20,000 routes the parse takes tens of milliseconds), and goes
+   * next change does not wait for it (at the largest hosts the parse would lengthen an answer), and goes
    * back to its text, compressed, once kept `keptMs` without a change or read replacing it.
    */
   holdText(text: string, etag: string): void {

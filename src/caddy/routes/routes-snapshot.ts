@@ -2,10 +2,10 @@ import { PassThrough, type Readable } from "node:stream";
 import { createDeflateRaw, createInflateRaw } from "node:zlib";
 
 /**
- * The pieces a kept list is inflated in. A list holds about two while its reader takes them, and a soak's
- * 200 clients spend most of their time in lists: with 256 KiB pieces, 198 lists held 52 MB at once. Smaller
- * pieces cost time, a wait for the client's socket to drain after each: a list of 20,000 routes went out in
- * 111 ms with 64 KiB pieces, 112 ms with 256 KiB, 139-192 ms with 32 KiB and 145 ms with 16 KiB.
+ * The pieces a kept list is inflated in. A list holds about two while its reader takes them, and when many
+ * clients list at once most of them are mid-list, so larger pieces add up to much memory held together.
+ * Smaller pieces cost time, a wait for the client's socket to drain after each: this is the smallest size
+ * at which a long list goes out as fast as with larger ones.
  */
 const PIECE = 64 * 1024;
 
@@ -14,9 +14,9 @@ type Kept = { load: string; text: string } | { load: string; deflated: Buffer };
 /**
  * The last list of routes read from Caddy, kept with the time of Caddy's config load it was read after
  * (caddy/last-load.ts), so that a list asked for while Caddy still holds that load is answered with the
- * same bytes without Caddy encoding its routes again (about 100 ms and 6 MB of Caddy's memory at 20,000
- * routes, against a 10 KB read of its metrics). Kept compressed (134 KB at 20,000 routes): decompressed as
- * it is sent, never held whole.
+ * same bytes without Caddy encoding its routes again (which costs Caddy time and memory at a large host,
+ * where learning its last load is a small read of its metrics). Kept compressed, a small fraction of the
+ * text: decompressed as it is sent, never held whole.
  */
 export class RoutesSnapshot {
   private kept: Kept | undefined;
@@ -25,8 +25,8 @@ export class RoutesSnapshot {
 
   /**
    * The routes as of `load`: kept ones, else those of the read of that load under way once it is over,
-   * else read now with `read` and kept. Lists asked for together after a load read Caddy once: at 20,000
-   * routes each read costs Caddy about 100 ms of encoding, and 200 of them at once held it for 30 s.
+   * else read now with `read` and kept. Lists asked for together after a load read Caddy once: each read
+   * makes Caddy encode every route, and many at once at a large host held Caddy up for a long time.
    */
   async get(load: string, read: () => Promise<Readable | string>): Promise<Readable | string> {
     const kept = this.at(load);

@@ -1,7 +1,7 @@
 /**
  * XXH64 (seed 0), the hash of Caddy's ETags (cespare/xxhash), on 32-bit halves: JavaScript numbers hold 53
- * bits exactly, and a WebAssembly build of it costs the agent about 5 MB of resident memory for its engine.
- * About 5 ms per MB. Each 64-bit value is a pair [high, low] of unsigned 32-bit numbers.
+ * bits exactly, and a WebAssembly build of it would cost the agent a WebAssembly engine's resident memory
+ * for one hash. Each 64-bit value is a pair [high, low] of unsigned 32-bit numbers.
  */
 
 // The five primes of XXH64, as [high, low].
@@ -172,8 +172,8 @@ export class Xxh64 {
 const encoder = new TextEncoder();
 
 /**
- * XXH64 of the UTF-8 of texts given in pieces, encoded a piece at a time into one small buffer: a text of
- * megabytes is hashed without being encoded whole (at 20,000 routes that encoding took longer than the hash).
+ * XXH64 of the UTF-8 of texts given in pieces, encoded a piece at a time into one small buffer: a long text
+ * is hashed without being encoded whole (encoding the routes whole took longer than hashing them).
  */
 export class Utf8Xxh64 {
   private readonly hash = new Xxh64();
