@@ -193,7 +193,7 @@ export async function startCaddy(
     },
   });
   const stop = () => {
-    if (child.pid && child.exitCode === null) process.kill(child.pid, "SIGKILL");
+    if (child.pid && child.exitCode === null) child.kill("SIGKILL");
   };
   await waitHttp(adminPort, "/config/", child).catch((err: unknown) => {
     stop();
@@ -289,12 +289,12 @@ export async function startAgent(
   });
   if (process.env.BENCH_AGENT_NODE_OPTIONS) console.error(`agent of ${root}: pid ${child.pid}`);
   const stop = () => {
-    if (child.pid && child.exitCode === null) process.kill(child.pid, "SIGKILL");
+    if (child.pid && child.exitCode === null) child.kill("SIGKILL");
   };
   const end = async () => {
     if (!child.pid || child.exitCode !== null) return;
     const exited = new Promise((r) => child.once("exit", r));
-    process.kill(child.pid, "SIGTERM");
+    child.kill("SIGTERM");
     await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000).unref())]);
     stop();
   };
