@@ -3,7 +3,6 @@ import { canonicalJson } from "../../util/canonical-json.js";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText, JsonPieces } from "../admin.js";
 import { CaddyConfig } from "../config.js";
 import { CaddyConfigFields, type ConfigField } from "../config-fields.js";
-import { PerLoad } from "../last-load.js";
 import { managedServerCreation } from "../server-creation.js";
 import { goJsonPieces } from "./etag.js";
 import { type ChangeOutcome, indexRoutes, type Plan, type RouteJson, type RoutesIndex } from "./plan.js";
@@ -82,14 +81,11 @@ const NOT_SENT = new Set(["ECONNREFUSED", "ENOENT", "EACCES"]);
 /**
  * The managed server's routes in Caddy, read for every change and every read: read with their ETag, a plan
  * written as one request carrying If-Match, the server created on first use, captured routes put back. It
- * knows Caddy's admin API, not who asked for a change, and keeps nothing between the calls of a store (the
- * status's `count` alone is kept per config Caddy loads).
+ * knows Caddy's admin API, not who asked for a change, and keeps nothing between its calls.
  */
 export class CaddyRoutes implements RoutesStore {
   private readonly routesPath: string;
   private readonly serverPath: string;
-  /** How many routes Caddy holds, counted once per config it loads. */
-  private readonly counted: PerLoad<number>;
 
   constructor(
     private readonly admin: CaddyAdmin,
@@ -97,7 +93,6 @@ export class CaddyRoutes implements RoutesStore {
   ) {
     this.serverPath = `/config/apps/http/servers/${opts.server}`;
     this.routesPath = `${this.serverPath}/routes`;
-    this.counted = new PerLoad(admin);
   }
 
   /** The routes read from Caddy now, as Caddy's own JSON text (`[]` when there are none). */
@@ -106,14 +101,6 @@ export class CaddyRoutes implements RoutesStore {
     if (res.status === 200) return res.text.trim() === "null" ? "[]" : res.text;
     if (await this.serverMissing(res.status)) return "[]";
     throw new CaddyApiError(res.status, caddyErrorText(res));
-  }
-
-  /**
-   * How many routes Caddy holds now. Read and counted only once per config Caddy loads: a status asked for
-   * by many clients at a large host does not read and parse every route each time.
-   */
-  count(): Promise<number> {
-    return this.counted.get(async () => (JSON.parse(await this.text()) as unknown[]).length);
   }
 
   /** The routes read from Caddy now, passed on as they arrive: a list of thousands is neither held whole nor parsed. */
