@@ -1,4 +1,5 @@
 import { canonicalJson } from "../util/canonical-json.js";
+import { retried } from "../util/retry.js";
 import { type CaddyAdmin, CaddyApiError, type CallOptions, caddyErrorText } from "./admin.js";
 
 /** Keys from the root of Caddy's config: `["apps", "http", "http_port"]`. */
@@ -199,14 +200,12 @@ export class CaddyConfig {
   }
 
   /** Plans and writes until the write lands, is not needed, or loses its last race. */
-  private async settled(plan: () => Promise<Planned>): Promise<Applied> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await this.written(await plan());
-      } catch (err) {
-        if (!lostRace(err) || attempt >= ATTEMPTS) throw err;
-      }
-    }
+  private settled(plan: () => Promise<Planned>): Promise<Applied> {
+    return retried(async () => this.written(await plan()), {
+      attempts: ATTEMPTS,
+      delayMs: () => 0,
+      retryable: lostRace,
+    });
   }
 
   private async written(p: Planned): Promise<Applied> {
