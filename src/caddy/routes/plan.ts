@@ -189,6 +189,11 @@ class Planning {
   private readonly newHosts: Set<string>;
   /** The routes that may shadow a new one: those for any host, and those holding one of the new hosts. */
   private readonly candidates = new Set<RouteJson>();
+  /** The candidates holding each exact host (lowercase), and when each became one: a host's owner is found without a scan. */
+  private readonly holders = new Map<string, RouteJson[]>();
+  private readonly since = new Map<RouteJson, number>();
+  /** Candidates the ops so far replaced or removed. */
+  private readonly gone = new Set<RouteJson>();
   /** The first route holding each id the ops touched (null: none any more); others are in the index. */
   private readonly touched = new Map<string, RouteJson | null>();
 
@@ -203,7 +208,7 @@ class Planning {
     );
     const add = (i: number) => {
       const r = current[i];
-      if (r) this.candidates.add(r);
+      if (r) this.addCandidate(r);
     };
     index.anyHost.forEach(add);
     for (const h of this.newHosts) {
@@ -242,22 +247,34 @@ class Planning {
    */
   private refusedForHost(route: RouteJson & { "@id": string }): boolean {
     const hosts = new Set(exactHosts(route));
-    if (hosts.size === 0) return false;
-    for (const c of this.candidates) {
-      if (c["@id"] === route["@id"]) continue;
-      const host = exactHosts(c).find((h) => hosts.has(h));
-      if (host === undefined || !this.routes.includes(c)) continue;
-      const owner = typeof c["@id"] === "string" ? c["@id"] : null;
-      this.refuse({ kind: "host_taken", host, owner });
-      return true;
+    // Of the routes still there that hold one of its hosts, the one that became a candidate first is named.
+    let owner: RouteJson | undefined;
+    for (const h of hosts)
+      for (const c of this.holders.get(h) ?? []) {
+        if (c["@id"] === route["@id"] || this.gone.has(c)) continue;
+        if (owner === undefined || (this.since.get(c) ?? 0) < (this.since.get(owner) ?? 0)) owner = c;
+      }
+    if (owner === undefined) return false;
+    const host = exactHosts(owner).find((h) => hosts.has(h)) as string;
+    this.refuse({ kind: "host_taken", host, owner: typeof owner["@id"] === "string" ? owner["@id"] : null });
+    return true;
+  }
+
+  private addCandidate(route: RouteJson): void {
+    if (this.candidates.has(route)) return;
+    this.candidates.add(route);
+    this.since.set(route, this.since.size);
+    for (const h of new Set(exactHosts(route))) {
+      const list = this.holders.get(h);
+      if (list) list.push(route);
+      else this.holders.set(h, [route]);
     }
-    return false;
   }
 
   private insert(op: Op, index: number, route: RouteJson & { "@id": string }): void {
     const pos = placement(this.routes, route, this.candidates);
     this.routes.splice(pos, 0, route);
-    if (mayShadow(route, this.newHosts)) this.candidates.add(route);
+    if (mayShadow(route, this.newHosts)) this.addCandidate(route);
     if (this.firstWithId(route["@id"]) === undefined) this.touched.set(route["@id"], route);
     this.outcomes.push({ outcome: { kind: "applied", route }, previous: null });
     this.applied.push({ index, op, at: pos, wasPresent: false });
@@ -266,7 +283,8 @@ class Planning {
   private replaceAt(op: Op, index: number, at: number, route: RouteJson & { "@id": string }): void {
     const previous = this.routes[at] ?? null;
     this.routes[at] = route;
-    if (mayShadow(route, this.newHosts)) this.candidates.add(route);
+    if (previous) this.gone.add(previous);
+    if (mayShadow(route, this.newHosts)) this.addCandidate(route);
     this.touched.set(route["@id"], route);
     this.outcomes.push({ outcome: { kind: "applied", route }, previous });
     this.applied.push({ index, op, at, wasPresent: true });
@@ -275,6 +293,7 @@ class Planning {
   private remove(op: Op, index: number, at: number, id: string): void {
     const previous = this.routes[at] ?? null;
     this.routes.splice(at, 1);
+    if (previous) this.gone.add(previous);
     // Caddy before 2.11.2 accepts one id twice: the next route holding it is then the first.
     this.touched.set(id, this.routes.find((r) => r["@id"] === id) ?? null);
     this.outcomes.push({ outcome: { kind: "applied", route: null }, previous });
