@@ -80,22 +80,6 @@ const exactHosts = (route: RouteJson): string[] =>
     .map((h) => h.toLowerCase());
 
 /**
- * Where a route goes among `routes`, testing only the routes that may shadow it (`candidates`, which are
- * few): the lowest position of one that does, else the end.
- */
-function placement(routes: readonly RouteJson[], route: RouteJson, candidates: ReadonlySet<RouteJson>) {
-  const hosts = hostsOf(route);
-  let best = routes.length;
-  if (hosts.length === 0) return best;
-  for (const c of candidates) {
-    if (!hosts.some((h) => routeShadows(c, h))) continue;
-    const i = routes.indexOf(c);
-    if (i !== -1 && i < best) best = i;
-  }
-  return best;
-}
-
-/**
  * What a plan looks up in a routes array, built in one pass when the array is read from Caddy rather than
  * in every plan: finding ids and the routes that may shadow a new one by scanning every route made each
  * plan as slow as the routes are many, and a change may be planned twice.
@@ -141,6 +125,10 @@ export function indexRoutes(routes: readonly RouteJson[]): RoutesIndex {
 /** A matcher set that takes requests for any host: it has no host matcher, or a wildcard host. */
 const anyHostSet = (set: { host?: string[] }) =>
   !Array.isArray(set.host) || set.host.some((h) => h.includes("*"));
+
+/** A route that may take requests for any host: no matcher sets, or one that takes any host. */
+const takesAnyHost = ({ match }: RouteJson) =>
+  !Array.isArray(match) || match.length === 0 || match.some(anyHostSet);
 
 /**
  * Whether `route` could shadow a route for any of `hosts` (lowercase): it is a catch-all, has a wildcard
@@ -191,6 +179,8 @@ class Planning {
   private readonly candidates = new Set<RouteJson>();
   /** The candidates holding each exact host (lowercase), and when each became one: a host's owner is found without a scan. */
   private readonly holders = new Map<string, RouteJson[]>();
+  /** The candidates that may take requests for any host: they are tested against each new host. */
+  private readonly wide: RouteJson[] = [];
   private readonly since = new Map<RouteJson, number>();
   /** Candidates the ops so far replaced or removed. */
   private readonly gone = new Set<RouteJson>();
@@ -260,10 +250,28 @@ class Planning {
     return true;
   }
 
+  /**
+   * Where a route goes: the lowest position of a candidate that may shadow it (one holding one of its
+   * hosts, or one taking any host that matches one), else the end.
+   */
+  private placement(route: RouteJson): number {
+    const hosts = hostsOf(route);
+    let best = this.routes.length;
+    if (hosts.length === 0) return best;
+    const consider = (c: RouteJson) => {
+      const i = this.routes.indexOf(c);
+      if (i !== -1 && i < best) best = i;
+    };
+    for (const c of this.wide) if (hosts.some((h) => routeShadows(c, h))) consider(c);
+    for (const h of hosts) for (const c of this.holders.get(h.toLowerCase()) ?? []) consider(c);
+    return best;
+  }
+
   private addCandidate(route: RouteJson): void {
     if (this.candidates.has(route)) return;
     this.candidates.add(route);
     this.since.set(route, this.since.size);
+    if (takesAnyHost(route)) this.wide.push(route);
     for (const h of new Set(exactHosts(route))) {
       const list = this.holders.get(h);
       if (list) list.push(route);
@@ -272,7 +280,7 @@ class Planning {
   }
 
   private insert(op: Op, index: number, route: RouteJson & { "@id": string }): void {
-    const pos = placement(this.routes, route, this.candidates);
+    const pos = this.placement(route);
     this.routes.splice(pos, 0, route);
     if (mayShadow(route, this.newHosts)) this.addCandidate(route);
     if (this.firstWithId(route["@id"]) === undefined) this.touched.set(route["@id"], route);
