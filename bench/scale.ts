@@ -144,10 +144,15 @@ export async function scale(
 
 /** Bursts per run: each figure is their median, so one slow reload of Caddy does not make the run's figure. */
 const BURSTS = Number(process.env.BENCH_BURSTS ?? 3);
+/** A burst of 100 creates against one raw load of the config it leaves: at most this ratio. */
+const BURST_VS_LOAD = 1.25;
+const runs = (a: unknown[], b: unknown[]) =>
+  a.length === b.length ? `${a.length}` : `${a.length} and ${b.length}`;
 
 /**
  * `BURSTS` bursts of 100 concurrent agent creates, each followed by a burst of 100 concurrent deletes of
- * them, against `sequential` raw calls of each kind scaled to 100; and the writer's batches per burst (its
+ * them, against `sequential` raw calls of each kind scaled to 100; the creates also against one raw write of
+ * 100 routes appended (one load of the config they leave); and the writer's batches per burst (its
  * batch-size histogram before and after): one per burst is the aim.
  */
 async function bursts(
@@ -205,6 +210,21 @@ async function bursts(
     (await timed(async () => {
       for (const id of seq) expect(await raw("DELETE", `/id/${id}`), 200, "raw sequential delete");
     }));
+  // One raw load of the config the creates leave: the same 100 routes appended in one write (Caddy's
+  // `/...` appends an array's items), then the routes put back as they were.
+  const rawAppend: number[] = [];
+  const before = JSON.parse(expect(await raw("GET", routesPath), 200, "raw routes").body) as unknown[];
+  for (let round = 0; round < BURSTS; round++) {
+    const routes = Array.from({ length: 100 }, (_, i) =>
+      benchRoute(`r-load${i}.${round}.${tag}.bench.test`, i),
+    );
+    rawAppend.push(
+      await timed(async () =>
+        expect(await raw("POST", `${routesPath}/...`, routes), 200, "raw append of 100"),
+      ),
+    );
+    expect(await raw("PATCH", routesPath, before), 200, "raw routes put back after the append");
+  }
   const note = seq.length < 100 ? ` (raw: ${seq.length} calls x${scaleUp.toFixed(1)})` : "";
   const label = (kind: string, runs: { batches: number }[]) => {
     const n = runs.map((r) => r.batches);
@@ -216,6 +236,13 @@ async function bursts(
     rows: [
       row(label("creates", creates), size, ms(creates), [rawCreate], target, true),
       row(label("deletes", deletes), size, ms(deletes), [rawDelete], target, true),
+      row(
+        `100 concurrent creates vs one raw write of the same 100 routes (wall, median of ${runs(creates, rawAppend)})`,
+        size,
+        ms(creates),
+        rawAppend,
+        BURST_VS_LOAD,
+      ),
     ],
     bulk: {
       agentCreate: ms(creates),
@@ -224,6 +251,7 @@ async function bursts(
       deleteBatches: deletes.map((r) => r.batches),
       rawCreate,
       rawDelete,
+      rawAppend,
       rawSequentialCalls: seq.length,
     },
   };
