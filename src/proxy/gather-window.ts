@@ -1,3 +1,4 @@
+import { setImmediate } from "node:timers/promises";
 import { sleep as realSleep } from "../util/timers.js";
 
 export interface GatherWindowOptions {
@@ -64,6 +65,9 @@ export class GatherWindow {
       if (left <= 0) return;
       // A quarter of the bound at most: a change alone pays little of a small bound.
       await this.sleep(Math.min(this.o.quietMs, bound / 4, left));
+      // Timers run before the I/O that came meanwhile: after an event loop that was busy for longer than
+      // the quiet time, let that I/O in before judging the burst over.
+      await setImmediate();
       const count = arrived();
       if (count === seen) return;
       seen = count;

@@ -1,4 +1,7 @@
 import assert from "node:assert/strict";
+import { once } from "node:events";
+import { stat } from "node:fs";
+import net from "node:net";
 import { test } from "node:test";
 import { GatherWindow } from "../../src/proxy/gather-window.js";
 
@@ -77,4 +80,45 @@ test("a change that already waited behind the writer's other work waits only wha
   const before = waited();
   await w.gather(arrived, 400);
   assert.equal(waited(), before, "one that waited the whole bound goes at once");
+});
+
+test("a change that came while the event loop was busy past the quiet time keeps the window open", async (t) => {
+  // Real timers and a real socket: timers run before the I/O that came meanwhile, so without looking at that
+  // I/O first the window would close on the arrival it had not read yet.
+  let arrivals = 0;
+  const server = net.createServer((socket) => socket.on("data", () => arrivals++));
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const client = net.connect((server.address() as net.AddressInfo).port, "127.0.0.1");
+  await once(client, "connect");
+  await new Promise((r) => setTimeout(r, 20));
+  t.after(() => {
+    client.destroy();
+    server.close();
+  });
+  const w = new GatherWindow({ share: 0.1, maxMs: 250, quietMs: 10 });
+  w.wrote(5000);
+  const seen: number[] = [];
+  const gathering = w.gather(() => {
+    seen.push(arrivals);
+    return arrivals;
+  });
+  // Busy in an I/O callback, as the agent is when it parses a request: the quiet time passes and the change
+  // arrives while nothing runs, and the loop next runs its timers.
+  await new Promise<void>((resolve) =>
+    stat(import.meta.filename, () => {
+      client.write("a change");
+      const until = performance.now() + 40;
+      while (performance.now() < until) {
+        // nothing runs meanwhile
+      }
+      resolve();
+    }),
+  );
+  await gathering;
+  assert.equal(
+    seen.at(-1),
+    1,
+    `the window saw the change that came while it was busy (saw ${seen.join(", ")})`,
+  );
 });
