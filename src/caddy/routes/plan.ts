@@ -104,12 +104,11 @@ export function indexRoutes(routes: readonly RouteJson[]): RoutesIndex {
     const r = routes[i] as RouteJson;
     const id = r["@id"];
     if (typeof id === "string" && !first.has(id)) first.set(id, i);
-    const match = r.match;
-    if (!Array.isArray(match) || match.length === 0 || match.some(anyHostSet)) {
+    if (takesAnyHost(r)) {
       anyHost.push(i);
       continue;
     }
-    for (const set of match)
+    for (const set of r.match as NonNullable<RouteJson["match"]>)
       for (const h of set.host as string[]) {
         const key = h.toLowerCase();
         const at = byHost.get(key);
@@ -175,13 +174,15 @@ class Planning {
   readonly applied: Plan["applied"] = [];
   /** The hosts of the routes the ops write (lowercase). */
   private readonly newHosts: Set<string>;
-  /** The routes that may shadow a new one: those for any host, and those holding one of the new hosts. */
-  private readonly candidates = new Set<RouteJson>();
-  /** The candidates holding each exact host (lowercase), and when each became one: a host's owner is found without a scan. */
+  /**
+   * The routes that may shadow a new one (those for any host, and those holding one of the new hosts), each
+   * with the order in which it became one.
+   */
+  private readonly candidates = new Map<RouteJson, number>();
+  /** The candidates holding each exact host (lowercase): a host's owner is found without a scan. */
   private readonly holders = new Map<string, RouteJson[]>();
   /** The candidates that may take requests for any host: they are tested against each new host. */
   private readonly wide: RouteJson[] = [];
-  private readonly since = new Map<RouteJson, number>();
   /** Candidates the ops so far replaced or removed. */
   private readonly gone = new Set<RouteJson>();
   /** The first route holding each id the ops touched (null: none any more); others are in the index. */
@@ -242,7 +243,8 @@ class Planning {
     for (const h of hosts)
       for (const c of this.holders.get(h) ?? []) {
         if (c["@id"] === route["@id"] || this.gone.has(c)) continue;
-        if (owner === undefined || (this.since.get(c) ?? 0) < (this.since.get(owner) ?? 0)) owner = c;
+        if (owner === undefined || (this.candidates.get(c) ?? 0) < (this.candidates.get(owner) ?? 0))
+          owner = c;
       }
     if (owner === undefined) return false;
     const host = exactHosts(owner).find((h) => hosts.has(h)) as string;
@@ -269,8 +271,7 @@ class Planning {
 
   private addCandidate(route: RouteJson): void {
     if (this.candidates.has(route)) return;
-    this.candidates.add(route);
-    this.since.set(route, this.since.size);
+    this.candidates.set(route, this.candidates.size);
     if (takesAnyHost(route)) this.wide.push(route);
     for (const h of new Set(exactHosts(route))) {
       const list = this.holders.get(h);
