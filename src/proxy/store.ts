@@ -96,8 +96,11 @@ export class RouteChangeStore {
   private readonly changeById;
   private readonly changesOf;
   private readonly anyChangeOf;
+  /** Runs a function in a transaction, or in a savepoint when one is open: built once, not per call. */
+  private readonly inTransaction;
 
-  constructor(private readonly db: Db) {
+  constructor(db: Db) {
+    this.inTransaction = db.transaction(<T>(fn: () => T): T => fn());
     this.insertChange = db.prepare(
       `INSERT INTO route_changes (operation, route_id, previous, requested, requested_at, outcome, request_id, restored_from)
        VALUES (@operation, @route_id, @previous, @requested, @requested_at, 'pending', @request_id, @restored_from)`,
@@ -113,9 +116,13 @@ export class RouteChangeStore {
     this.anyChangeOf = db.prepare("SELECT 1 FROM route_changes WHERE route_id = ? LIMIT 1");
   }
 
-  /** Runs `fn` in one transaction: a record and the event written with it land together or not at all. */
+  /**
+   * Runs `fn` in one transaction: a record and the event written with it land together or not at all.
+   * Inside another one it is a savepoint of it: it is undone alone when `fn` throws, and lands with the
+   * outer transaction.
+   */
   transaction<T>(fn: () => T): T {
-    return this.db.transaction(fn)();
+    return this.inTransaction(fn) as T;
   }
 
   /** Writes a pending change; returns its id. */

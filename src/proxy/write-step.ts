@@ -46,7 +46,7 @@ export class WriteSteps {
 
   constructor(
     private readonly routes: RoutesStore,
-    private readonly journal: Pick<ChangeJournal, "capture">,
+    private readonly journal: Pick<ChangeJournal, "capture" | "together">,
     private readonly log: Logger,
   ) {}
 
@@ -80,7 +80,9 @@ export class WriteSteps {
       elsewhere = await this.elsewhere(changes, known.state);
     } catch (err) {
       this.routes.forget();
-      for (const p of changes) p.answer({ outcome: failureOf(err), previous: p.previous });
+      this.journal.together(() => {
+        for (const p of changes) p.answer({ outcome: failureOf(err), previous: p.previous });
+      });
       return [];
     }
     const { state } = known;
@@ -100,7 +102,7 @@ export class WriteSteps {
     // Every reload closes idle keep-alive connections (and, without stream_close_delay, streams): a
     // change that leaves every route as Caddy holds it is answered without one.
     if (p.applied.length === 0 || changesNothing(p)) {
-      answerAll(live, p);
+      this.journal.together(() => answerAll(live, p));
       return [];
     }
     return this.write(live, p, state, mayRetry);
@@ -139,24 +141,28 @@ export class WriteSteps {
     switch (written.kind) {
       case "stale":
         if (mayRetry) return [{ changes: live, mayRetry: false }];
-        failApplied(live, p, {
+        this.failApplied(live, p, {
           kind: "unavailable",
           message: "Caddy's config kept changing under the agent (If-Match failed twice)",
         });
         return [];
       case "rejected":
         if (p.applied.length > 1) return halves(live, p).map((h) => ({ changes: h, mayRetry: true }));
-        failApplied(live, p, written);
+        this.failApplied(live, p, written);
         return [];
       case "unavailable":
-        failApplied(live, p, written);
+        this.failApplied(live, p, written);
         return [];
       case "uncertain":
-        failApplied(live, p, await this.restore(state, `the change did not complete: ${written.message}`));
+        this.failApplied(
+          live,
+          p,
+          await this.restore(state, `the change did not complete: ${written.message}`),
+        );
         return [];
       case "written":
         this.wrote = true;
-        answerAll(live, p);
+        this.journal.together(() => answerAll(live, p));
         return [];
     }
   }
@@ -177,20 +183,20 @@ export class WriteSteps {
     let live = changes;
     for (let p = first; ; ) {
       const dropped: Pending[] = [];
-      live.forEach((pending, i) => {
-        const end = p.outcomes[i];
-        pending.previous = end?.previous ?? null;
-        if (end?.outcome.kind !== "applied") return;
-        try {
-          this.journal.capture(pending.change, end.previous);
-        } catch (err) {
-          dropped.push(pending);
-          pending.answer({
-            outcome: { kind: "capture_failed", message: (err as Error).message },
-            previous: end.previous,
+      this.journal.together(() =>
+        live.forEach((pending, i) => {
+          const end = p.outcomes[i];
+          pending.previous = end?.previous ?? null;
+          if (end?.outcome.kind !== "applied") return;
+          this.journal.capture(pending.change, end.previous, (err) => {
+            dropped.push(pending);
+            pending.answer({
+              outcome: { kind: "capture_failed", message: (err as Error).message },
+              previous: end.previous,
+            });
           });
-        }
-      });
+        }),
+      );
       if (dropped.length === 0) return { live, p };
       live = live.filter((x) => !dropped.includes(x));
       p = plan(
@@ -200,6 +206,17 @@ export class WriteSteps {
         state.index,
       );
     }
+  }
+
+  /** The applied changes end in `failure`; the others keep their planned 404/409. */
+  private failApplied(live: Pending[], p: Plan, failure: ChangeOutcome): void {
+    this.journal.together(() =>
+      live.forEach((pending, i) => {
+        const end = p.outcomes[i];
+        if (end)
+          pending.answer(end.outcome.kind === "applied" ? { outcome: failure, previous: end.previous } : end);
+      }),
+    );
   }
 
   /** Puts the captured routes back after a change failed; the failure says whether that worked. */
@@ -227,15 +244,6 @@ function answerAll(live: Pending[], p: Plan): void {
   live.forEach((pending, i) => {
     const end = p.outcomes[i];
     if (end) pending.answer(end);
-  });
-}
-
-/** The applied changes end in `failure`; the others keep their planned 404/409. */
-function failApplied(live: Pending[], p: Plan, failure: ChangeOutcome): void {
-  live.forEach((pending, i) => {
-    const end = p.outcomes[i];
-    if (end)
-      pending.answer(end.outcome.kind === "applied" ? { outcome: failure, previous: end.previous } : end);
   });
 }
 

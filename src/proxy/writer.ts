@@ -28,7 +28,7 @@ export type ChangeAnswer = ChangeEnd & { batchSize: number; changeId: number | u
 
 export interface WriterOptions {
   /** Where each change's record is kept: the state it replaces before Caddy is touched, how it ended after. */
-  journal: Pick<ChangeJournal, "capture" | "settle">;
+  journal: Pick<ChangeJournal, "capture" | "settle" | "together">;
   /** Caddy's config outside the routes, which `conform` brings in line. */
   config: CaddyConfigFields;
   log: Logger;
@@ -118,12 +118,10 @@ export class RouteWriter {
         answer: (end) => {
           if (answered) return;
           answered = true;
-          try {
-            this.opts.journal.settle(change, end);
-            resolve({ ...end, batchSize: pending.batchSize, changeId: change.id });
-          } catch (err) {
-            reject(err);
-          }
+          this.opts.journal.settle(change, end, (err) => {
+            if (err === undefined) resolve({ ...end, batchSize: pending.batchSize, changeId: change.id });
+            else reject(err);
+          });
         },
       };
       this.queue.push(pending);
@@ -256,7 +254,9 @@ export class RouteWriter {
       this.opts.log.error({ err }, "route writer failed unexpectedly");
       this.routes.forget();
       const outcome = { kind: "unavailable" as const, message: (err as Error).message };
-      for (const p of batch) p.answer({ outcome, previous: p.previous });
+      this.opts.journal.together(() => {
+        for (const p of batch) p.answer({ outcome, previous: p.previous });
+      });
     }
   }
 
@@ -278,7 +278,9 @@ export class RouteWriter {
         err instanceof CaddyApiError
           ? { kind: "rejected" as const, message: err.message }
           : { kind: "unavailable" as const, message: (err as Error).message };
-      for (const p of needing) p.answer({ outcome, previous: null });
+      this.opts.journal.together(() => {
+        for (const p of needing) p.answer({ outcome, previous: null });
+      });
       return batch.filter((p) => !needing.includes(p));
     }
   }

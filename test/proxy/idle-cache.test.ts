@@ -26,7 +26,7 @@ test("routes kept compressed while the agent is idle serve the next change witho
     log: pino({ level: "silent" }),
     config: new CaddyConfigFields(caddy.admin),
     // The write path alone: nothing records the changes.
-    journal: { capture: () => {}, settle: () => {} },
+    journal: { capture: () => {}, settle: (_c, _e, done) => done(), together: (fn) => fn() },
   });
   const change = (op: Op) =>
     new RecordedChange(op, { operation: op.kind, route_id: "", request_id: null }, undefined);
