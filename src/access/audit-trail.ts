@@ -42,14 +42,14 @@ export function auditSummary(request: FastifyRequest, withBody: boolean): AuditS
 /**
  * Records every authenticated request to a route with effects (any method but GET, HEAD, OPTIONS) in the
  * audit trail: begun as soon as its token is known, before its scopes are checked, its body read or its
- * handler run; its summary completed from the body before validation; its end written when the answer
+ * handler run, and the request goes on once the record is committed; its summary completed from the body before validation; its end written when the answer
  * has gone out or the connection closed first. Returns the hook the access control calls after the token.
  */
 export function auditMutations(
   app: FastifyInstance,
   audit: AuditLog,
   now: () => number,
-): (request: FastifyRequest, reply: FastifyReply) => void {
+): (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
   // Each record's id, and the summary it was begun with.
   const begun = new WeakMap<FastifyRequest, { id: number; summary: string }>();
   app.addHook("preValidation", async (request) => {
@@ -57,17 +57,17 @@ export function auditMutations(
     if (record === undefined) return;
     const summary = auditSummary(request, true);
     // A body without fields a summary carries (a delete's callback_url, say) leaves the record as it is.
-    if (JSON.stringify(summary) !== record.summary) audit.describe(record.id, summary);
+    if (JSON.stringify(summary) !== record.summary) await audit.describe(record.id, summary);
   });
   // Fastify calls this once the answer is sent (inject included); a connection that closes first never gets here.
   app.addHook("onResponse", async (request, reply) => {
     const record = begun.get(request);
     if (record !== undefined) audit.complete(record.id, outcomeOf(reply.statusCode), reply.statusCode);
   });
-  return (request, reply) => {
+  return async (request, reply) => {
     if (READS.has(request.method) || !request.principal) return;
     const summary = auditSummary(request, false);
-    const id = audit.begin({
+    const record = audit.begin({
       at: new Date(now()),
       token: request.principal.name,
       remoteAddress: request.ip,
@@ -77,11 +77,16 @@ export function auditMutations(
       path: request.url.split("?")[0] ?? request.url,
       summary,
     });
-    begun.set(request, { id, summary: JSON.stringify(summary) });
     // The connection closed before the answer was all sent (the client went away, or timed out): the
-    // handler may still finish the change, but nobody learns its outcome.
+    // handler may still finish the change, but nobody learns its outcome. Watched from now, as the
+    // connection may close while the record is being committed.
     reply.raw.once("close", () => {
-      if (!reply.raw.writableFinished) audit.complete(id, "aborted", null);
+      if (!reply.raw.writableFinished)
+        record.then(
+          (id) => audit.complete(id, "aborted", null),
+          () => {},
+        );
     });
+    begun.set(request, { id: await record, summary: JSON.stringify(summary) });
   };
 }

@@ -57,6 +57,7 @@ export function manageLifecycle(
     await settledWithin(areas.writer.whenIdle(), 5000);
     await areas.outbox.close();
     await areas.system.close();
+    audit.flush();
     db.close();
   });
 }

@@ -172,7 +172,7 @@ function withProblem(response: Record<string, unknown>, code: ProblemCode): Reco
 export function registerAccessControl(
   app: FastifyInstance,
   access: AccessControl,
-  afterAuthentication: (request: FastifyRequest, reply: FastifyReply) => void,
+  afterAuthentication: (request: FastifyRequest, reply: FastifyReply) => Promise<void>,
 ): void {
   app.addHook("onRequest", async (request, reply) => {
     if (request.is404 !== true && request.routeOptions.config.public === true) return;
@@ -183,7 +183,7 @@ export function registerAccessControl(
     if (r instanceof ApiError) throw r;
     request.principal = r;
     if (request.is404 === true) return;
-    afterAuthentication(request, reply);
+    await afterAuthentication(request, reply);
     const missing = missingScopes(r.scopes, request.routeOptions.config.scopes ?? ["*"]);
     if (missing.length > 0) throw insufficientScope(r, missing);
   });
