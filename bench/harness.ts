@@ -222,6 +222,16 @@ export async function caddyMetric(c: BenchCaddy, name: string, labels: Record<st
   return metricSample((await admin(c, "GET", "/metrics")).body, name, labels);
 }
 
+/** Config writes Caddy's admin API has answered (each one that changes the config is a reload). */
+export async function adminWrites(c: BenchCaddy): Promise<number> {
+  let n = 0;
+  for (const method of ["POST", "PUT", "PATCH", "DELETE"]) {
+    const v = await caddyMetric(c, "caddy_admin_http_requests_total", { method });
+    if (!Number.isNaN(v)) n += v;
+  }
+  return n;
+}
+
 export interface CaddyMemory {
   /** Time of Caddy's last successful config load (seconds, fractional): a new value means a reload. */
   lastReload: number;

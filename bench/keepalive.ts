@@ -25,6 +25,7 @@ import { join } from "node:path";
 import { projectRoot } from "../src/paths.js";
 import {
   admin,
+  adminWrites,
   type BenchCaddy,
   caddyMetric,
   routeJson,
@@ -344,16 +345,6 @@ export async function fileDialCost(
     upstream.close();
     rmSync(dir, { recursive: true, force: true });
   }
-}
-
-/** Config writes Caddy's admin API has answered (each one that changes the config is a reload). */
-async function adminWrites(c: BenchCaddy): Promise<number> {
-  let n = 0;
-  for (const method of ["POST", "PUT", "PATCH", "DELETE"]) {
-    const v = await caddyMetric(c, "caddy_admin_http_requests_total", { method });
-    if (!Number.isNaN(v)) n += v;
-  }
-  return n;
 }
 
 /** The kernel's setting for connections queued on a closing SO_REUSEPORT socket, in this network namespace. */

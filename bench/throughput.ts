@@ -5,7 +5,8 @@
  * change (a receiver on loopback answers them; 30 s by default), and the largest size (`BENCH_SIZES`',
  * 20,000 routes), where each client creates a route of its own and deletes it again (60 s by default).
  * `BENCH_THROUGHPUT_LOADS=small` or `=large` runs one of them. Prints changes per second, p50 and p99 of a
- * change, the failures, and the agent's resident memory at its peak and once idle after each run. With `BENCH_COMPARE_ROOT=<checkout>` (built, with its own
+ * change, the failures, the agent's resident memory at its peak and once idle after each run, and the changes
+ * answered per config write Caddy took (how many changes a write carried). With `BENCH_COMPARE_ROOT=<checkout>` (built, with its own
  * node_modules) that checkout's agent runs the same load in the same run, the two alternating
  * `BENCH_THROUGHPUT_ROUNDS` times (default 2; 1 without a checkout to compare), each on a Caddy of its own, and the ratios are printed: how the
  * project finds where throughput went between two commits. `BENCH_COMPARE_PATH` is the PATH that agent runs
@@ -15,6 +16,7 @@
 import http from "node:http";
 import { join } from "node:path";
 import {
+  adminWrites,
   call,
   cpuSeconds,
   expect,
@@ -45,6 +47,8 @@ export interface ThroughputResult {
   /** The agent's resident memory: the most sampled (every second) while measuring, and once idle after it (MB). */
   peakMb: number;
   idleMb: number;
+  /** Changes answered per config write Caddy's admin API took while measuring: how well the agent batches. */
+  perWrite: number;
 }
 
 const CLIENTS = 200;
@@ -83,6 +87,7 @@ async function run(dir: string, label: string, root: string | undefined, load: T
       await sleep(WARMUP_S * 1000);
       const cpu = () => [cpuSeconds(agent.child.pid as number), cpuSeconds(caddy.child.pid as number)];
       const cpu0 = cpu();
+      const writes0 = await adminWrites(caddy);
       const pid = agent.child.pid as number;
       let peakMb = rssMb(pid);
       const sampling = setInterval(() => {
@@ -94,6 +99,7 @@ async function run(dir: string, label: string, root: string | undefined, load: T
       tally.measuring = false;
       clearInterval(sampling);
       const elapsed = (performance.now() - t0) / 1000;
+      const writes = (await adminWrites(caddy)) - writes0;
       const used = cpu().map((c, i) => (1000 * (c - (cpu0[i] ?? 0))) / Math.max(1, tally.latencies.length));
       tally.stopped = true;
       await Promise.all(clients);
@@ -104,6 +110,7 @@ async function run(dir: string, label: string, root: string | undefined, load: T
         caddyCpuMs: used[1] ?? 0,
         peakMb,
         idleMb: rssMb(pid),
+        perWrite: tally.latencies.length / Math.max(1, writes),
       };
     } finally {
       keepAlive.destroy();
@@ -146,11 +153,11 @@ function report(load: ThroughputLoad, results: ThroughputResult[], other: string
   const withCallbacks = results.some((r) => r.callbacks !== undefined);
   const lines = [
     `concurrent changes: ${CLIENTS} clients ${load.title}, ${load.seconds} s after ${WARMUP_S} s of warm-up`,
-    `| agent | changes | per second | p50 ms | p99 ms | failed | agent CPU ms/change | Caddy CPU ms/change | agent MB peak, idle |${withCallbacks ? " callbacks/s |" : ""}`,
-    `|---|---|---|---|---|---|---|---|---|${withCallbacks ? "---|" : ""}`,
+    `| agent | changes | per second | p50 ms | p99 ms | failed | agent CPU ms/change | Caddy CPU ms/change | agent MB peak, idle | changes per Caddy write |${withCallbacks ? " callbacks/s |" : ""}`,
+    `|---|---|---|---|---|---|---|---|---|---|${withCallbacks ? "---|" : ""}`,
     ...results.map(
       (r) =>
-        `| ${mine(r) ? "this checkout" : other} (${r.label}) | ${r.changes} | ${r.perSecond.toFixed(0)} | ${r.p50Ms.toFixed(0)} | ${r.p99Ms.toFixed(0)} | ${r.failures}${r.failures > 0 ? ` ${JSON.stringify(r.failedBy)}` : ""} | ${r.agentCpuMs.toFixed(2)} | ${r.caddyCpuMs.toFixed(2)} | ${r.peakMb.toFixed(1)}, ${r.idleMb.toFixed(1)} |${withCallbacks ? ` ${((r.callbacks ?? 0) / r.seconds).toFixed(0)} |` : ""}`,
+        `| ${mine(r) ? "this checkout" : other} (${r.label}) | ${r.changes} | ${r.perSecond.toFixed(0)} | ${r.p50Ms.toFixed(0)} | ${r.p99Ms.toFixed(0)} | ${r.failures}${r.failures > 0 ? ` ${JSON.stringify(r.failedBy)}` : ""} | ${r.agentCpuMs.toFixed(2)} | ${r.caddyCpuMs.toFixed(2)} | ${r.peakMb.toFixed(1)}, ${r.idleMb.toFixed(1)} | ${r.perWrite.toFixed(1)} |${withCallbacks ? ` ${((r.callbacks ?? 0) / r.seconds).toFixed(0)} |` : ""}`,
     ),
   ];
   if (!other) return lines;
