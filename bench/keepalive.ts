@@ -27,7 +27,6 @@ import {
   admin,
   adminWrites,
   type BenchCaddy,
-  caddyMetric,
   routeJson,
   routesPath,
   startAgent,
