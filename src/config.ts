@@ -153,6 +153,13 @@ export function settingInput(
   return { origin: "default", raw: undefined };
 }
 
+/** The config-file keys of the settings whose value comes from the environment or the config file, not a default. */
+export function explicitSettings(settings: Iterable<Setting<unknown>>, source: ConfigSource): Set<string> {
+  const keys = new Set<string>();
+  for (const s of settings) if (settingInput(s, source).origin !== "default") keys.add(s.key);
+  return keys;
+}
+
 /** Resolves one group of settings from environment, file and defaults; fails on the first bad value. */
 export function resolveSettings<S extends Record<string, Setting<unknown>>>(
   settings: S,

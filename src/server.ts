@@ -2,16 +2,16 @@ import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
 import { buildApp } from "./app.js";
 import { CaddyAdmin } from "./caddy/admin.js";
-import { agentCaddyFields } from "./caddy/agent-fields.js";
-import { type Issuance, issuanceWarnings, tlsAddresses } from "./caddy/issuance.js";
+import { agentCaddyFields, settingsAtStart } from "./caddy/agent-fields.js";
+import { issuanceWarnings, tlsAddresses } from "./caddy/issuance.js";
 import { EmbeddedCaddy, embeddedCaddyAddress } from "./caddy/process/embedded.js";
 import { writeCaddyEnvFile } from "./caddy/process/memory-limit.js";
-import { type CaddyAdminAddress, showCaddyAdmin } from "./caddy/settings.js";
+import { showCaddyAdmin } from "./caddy/settings.js";
 import { currentPrivileges, rootlessFailures, unknownEnvWarnings } from "./config-warnings.js";
 import { checkPlaintext, Listener } from "./listener/listener.js";
 import { createLogger } from "./logging.js";
 import { packageVersion } from "./paths.js";
-import { allSettings, loadConfigFromProcess } from "./settings.js";
+import { type AppConfig, allSettings, loadConfigFromProcess, settingEnv } from "./settings.js";
 import { prepareDataDir } from "./store/data-dir.js";
 import { hostPort } from "./util/urls.js";
 
@@ -98,7 +98,7 @@ export async function serve(): Promise<void> {
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));
   // After the handlers: a stop that comes while Caddy is asked its version is a graceful one.
-  await logStart(logger, listener.scheme, app.server.address() as AddressInfo, config.proxy, embeddedCaddy);
+  await logStart(logger, listener.scheme, app.server.address() as AddressInfo, config, embeddedCaddy);
 }
 
 const showListen = ({ address, port }: AddressInfo) => hostPort({ host: address, port });
@@ -111,13 +111,16 @@ async function logStart(
   logger: Logger,
   scheme: "http" | "https",
   api: AddressInfo,
-  proxy: Issuance & {
-    caddyAdmin: CaddyAdminAddress | undefined;
-    caddyServer: string;
-    caddyListen: readonly string[];
-  },
+  config: AppConfig,
   embedded: EmbeddedCaddy | undefined,
 ): Promise<void> {
+  const proxy = config.proxy;
+  // Which of Caddy's settings outside the routes the agent wrote at start (caddy/agent-fields.ts).
+  const caddySettings = settingsAtStart(
+    agentCaddyFields(proxy),
+    { ownCaddy: embedded === undefined, explicit: config.explicit },
+    settingEnv,
+  );
   const versions = {
     agent: packageVersion(),
     node: process.version,
@@ -139,8 +142,14 @@ async function logStart(
     caddy_listen_tls: [...new Set(tlsAddresses(proxy.caddyListen, proxy).map((a) => a.text))],
   };
   logger.info(
-    { versions, listen, tls, caddy_mode: embedded ? "embedded" : "external" },
+    {
+      versions,
+      listen,
+      tls,
+      caddy_mode: embedded ? "embedded" : "external",
+      caddy_settings_applied: caddySettings.applied ?? "all",
+    },
     `hostkeeper ${versions.agent} started on Node ${versions.node} with ${embedded ? "embedded" : "external"} Caddy ${versions.caddy ?? "(version unknown)"}; ` +
-      `API on ${scheme}://${listen.api}, Caddy admin on ${listen.caddy_admin}, managed server ${listen.caddy_server} on ${listen.caddy_listen.join(", ")}`,
+      `API on ${scheme}://${listen.api}, Caddy admin on ${listen.caddy_admin}, managed server ${listen.caddy_server} on ${listen.caddy_listen.join(", ")}; ${caddySettings.text}`,
   );
 }

@@ -6,6 +6,7 @@ import { certificateSettings } from "./certificates/settings.js";
 import {
   type ConfigSource,
   checkUnknownFileKeys,
+  explicitSettings,
   parse,
   readConfigFile,
   resolveSettings,
@@ -118,10 +119,21 @@ export const settingGroups = {
 };
 
 type Groups = typeof settingGroups;
-export type AppConfig = { [G in keyof Groups]: ReturnType<typeof resolveSettings<Groups[G]>> };
+export type AppConfig = { [G in keyof Groups]: ReturnType<typeof resolveSettings<Groups[G]>> } & {
+  /**
+   * The config-file keys of the settings set in the environment or the config file: what a setting asks
+   * for, as against a default (a Caddy of the user's own gets only what is asked, caddy/agent-fields.ts).
+   */
+  explicit: ReadonlySet<string>;
+};
 
 export function allSettings(): Setting<unknown>[] {
   return Object.values(settingGroups).flatMap((g) => Object.values(g) as Setting<unknown>[]);
+}
+
+/** A setting's environment variable, from its config-file key. */
+export function settingEnv(key: string): string {
+  return allSettings().find((s) => s.key === key)?.env ?? key;
 }
 
 export function loadConfig(source: ConfigSource): AppConfig {
@@ -132,6 +144,7 @@ export function loadConfig(source: ConfigSource): AppConfig {
   }
   checkListenerPairs((out as AppConfig).listener);
   checkIssuancePairs((out as AppConfig).proxy);
+  out.explicit = explicitSettings(allSettings(), source);
   return out as AppConfig;
 }
 

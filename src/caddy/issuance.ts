@@ -70,35 +70,47 @@ export function policiesWith(
   return out.length === 0 && list.length === 0 ? current : out.length === 0 ? undefined : out;
 }
 
+/** A field the agent keeps in Caddy's config, and the settings (config-file keys) that ask for it. */
+export interface AgentField extends ConfigField {
+  askedBy: readonly string[];
+}
+
+/** The settings that choose the issuer; the ports' settings ask for their own fields only. */
+const ISSUER_KEYS = ["tlsIssuer", "acmeEmail", "acmeCa"];
+
 /**
  * The fields of Caddy's config that carry the issuance settings, in the order they are written: the local
  * CA untrusted before any issuer could use it, then the issuer, the ports, and automatic HTTPS of the
  * managed server (off only for `off`).
  */
-export function issuanceFields(s: Issuance, server: string): ConfigField[] {
+export function issuanceFields(s: Issuance, server: string): AgentField[] {
   const policy = issuancePolicy(s);
-  const port = (key: string, value: number, caddyDefault: number): ConfigField => ({
+  const port = (key: string, value: number, caddyDefault: number, setting: string): AgentField => ({
     path: ["apps", "http", key],
     needs: 2,
     want: (current) => ((current ?? caddyDefault) === value ? current : value),
+    askedBy: [setting],
   });
   return [
     {
       path: ["apps", "pki", "certificate_authorities", "local", "install_trust"],
       needs: 1,
       want: () => false,
+      askedBy: [...ISSUER_KEYS, "caddyHttpPort", "caddyHttpsPort"],
     },
     {
       path: ["apps", "tls", "automation", "policies"],
       needs: 1,
       want: (c) => policiesWith(c, policy, s.tlsIssuer !== "off"),
+      askedBy: ISSUER_KEYS,
     },
-    port("http_port", s.caddyHttpPort, CADDY_HTTP_PORT),
-    port("https_port", s.caddyHttpsPort, CADDY_HTTPS_PORT),
+    port("http_port", s.caddyHttpPort, CADDY_HTTP_PORT, "caddyHttpPort"),
+    port("https_port", s.caddyHttpsPort, CADDY_HTTPS_PORT, "caddyHttpsPort"),
     {
       path: ["apps", "http", "servers", server, "automatic_https", "disable"],
       needs: 4,
       want: (current) => (s.tlsIssuer === "off" ? true : current === true ? undefined : current),
+      askedBy: ISSUER_KEYS,
     },
   ];
 }

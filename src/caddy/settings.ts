@@ -142,7 +142,7 @@ export const caddySettings = {
     key: "caddyGracePeriodMs",
     env: "HOSTKEEPER_CADDY_GRACE_PERIOD_MS",
     area: "proxy",
-    doc: "`grace_period` of Caddy's HTTP app (Caddy has it per app, not per server), set at the agent's start and when the agent creates the app: how long a replaced config's servers wait for active requests before they are forced to close. 0 leaves Caddy's default, an eternal grace period.",
+    doc: "`grace_period` of Caddy's HTTP app (Caddy has it per app, not per server), set at the agent's start (with `HOSTKEEPER_CADDY_ADMIN` only when this is set) and when the agent creates the app: how long a replaced config's servers wait for active requests before they are forced to close. 0 leaves Caddy's default, an eternal grace period.",
     defaultText: "10000",
     default: 10_000,
     parse: parse.int(0, 86_400_000),

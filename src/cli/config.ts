@@ -1,5 +1,6 @@
+import { agentCaddyFields, settingsAtStart } from "../caddy/agent-fields.js";
 import { configFilePath, type Setting, type SettingOrigin, settingInput } from "../config.js";
-import { settingGroups } from "../settings.js";
+import { settingEnv, settingGroups } from "../settings.js";
 import { loadAgentConfig } from "./agent.js";
 import type { Command } from "./args.js";
 import { print, table } from "./output.js";
@@ -36,6 +37,8 @@ const check: Command = {
     "/etc/hostkeeper/config.json when present) over the default. Secrets (the token, the webhook secret,",
     "the operator's environment) are masked. Needs no running agent.",
     "An invalid configuration is refused with the agent's own message and exit code 2, as `serve` does.",
+    "Says which of Caddy's settings outside the routes the agent writes at start: all on its embedded Caddy,",
+    "on a Caddy of your own (HOSTKEEPER_CADDY_ADMIN) only those a setting set here asks for.",
   ],
   run: async (inv) => {
     const { config, source } = loadAgentConfig();
@@ -49,11 +52,17 @@ const check: Command = {
         rows.push({ env: s.env, key: s.key, source: origin, value, shown: shown(s, origin, value) });
       }
     }
+    const caddy = settingsAtStart(
+      agentCaddyFields(config.proxy),
+      { ownCaddy: config.proxy.caddyAdmin !== undefined, explicit: config.explicit },
+      settingEnv,
+    );
     if (inv.json) {
       print(
         JSON.stringify({
           valid: true,
           config_file: file,
+          caddy_settings_applied: caddy.applied ?? "all",
           settings: rows.map(({ env, key, source, value }) => ({ env, key, source, value: value ?? null })),
         }),
       );
@@ -66,6 +75,7 @@ const check: Command = {
         rows.map((r) => [r.env, r.source, r.shown]),
       ),
     );
+    print(`\nAt start, ${caddy.text}.`);
     return 0;
   },
 };

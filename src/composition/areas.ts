@@ -4,7 +4,7 @@ import { AccessLogKeeper } from "../access-logs/keeper.js";
 import { AccessLogService } from "../access-logs/service.js";
 import type { AccessLogFiles } from "../caddy/access-log-json.js";
 import type { CaddyAdmin } from "../caddy/admin.js";
-import { agentCaddyFields } from "../caddy/agent-fields.js";
+import { agentCaddyFields, fieldsAtStart } from "../caddy/agent-fields.js";
 import { CaddyConfig } from "../caddy/config.js";
 import { CaddyConfigFields } from "../caddy/config-fields.js";
 import { embeddedCaddyFiles } from "../caddy/process/files.js";
@@ -196,7 +196,10 @@ function buildRoutes(
     journal,
     store,
     operatorRouteId: proxy.operatorDomain,
-    connections: { streamCloseDelayMs: proxy.caddyStreamCloseDelayMs, fields },
+    connections: {
+      streamCloseDelayMs: proxy.caddyStreamCloseDelayMs,
+      fields: fieldsAtStart(fields, { ownCaddy: o.caddy.embedded === undefined, explicit: config.explicit }),
+    },
     accessLogs: files !== undefined,
     upstreams: new UpstreamCheck({
       deny: proxy.upstreamDenyCidrs,

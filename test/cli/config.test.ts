@@ -20,7 +20,9 @@ function tempDir(t: { after: (fn: () => unknown) => void }): string {
 
 /** The SETTING -> [SOURCE, VALUE] rows of the table. */
 function rows(stdout: string): Record<string, [string, string]> {
-  const [, header, ...body] = stdout.trimEnd().split("\n");
+  // The table ends at the first blank line (what the agent does to Caddy at start follows it).
+  const [table = ""] = stdout.split("\n\n");
+  const [, header, ...body] = table.trimEnd().split("\n");
   assert.match(header ?? "", /^SETTING +SOURCE +VALUE$/);
   return Object.fromEntries(
     body.map((l) => {
@@ -88,6 +90,38 @@ describe("config check", () => {
     });
     assert.equal(byEnv.HOSTKEEPER_WEBHOOK_SECRET.value, null);
     assert.equal(byEnv.HOSTKEEPER_LOG_LEVEL.source, "default");
+  });
+
+  test("says which of Caddy's settings the agent writes at start: all on its embedded Caddy, on one of yours only those set", async (t) => {
+    const dir = tempDir(t);
+    const said = async (env: Record<string, string>) => {
+      const r = await runCli(["config", "check"], { HOSTKEEPER_DATA_DIR: dir, ...env });
+      assert.equal(r.code, 0, r.stderr);
+      const json = await runCli(["config", "check", "--json"], { HOSTKEEPER_DATA_DIR: dir, ...env });
+      return {
+        text: r.stdout.trimEnd().split("\n").at(-1),
+        applied: JSON.parse(json.stdout).caddy_settings_applied,
+      };
+    };
+    assert.deepEqual(await said({}), {
+      text: "At start, the embedded Caddy gets every TLS, port and grace_period setting.",
+      applied: "all",
+    });
+    const own = { HOSTKEEPER_CADDY_ADMIN: "unix:/run/caddy/admin.sock" };
+    assert.deepEqual(await said(own), {
+      text: "At start, a Caddy of your own: its TLS app, ports, automatic HTTPS and grace_period are left as its owner set them (no setting of them is set).",
+      applied: [],
+    });
+    const asked = await said({
+      ...own,
+      HOSTKEEPER_TLS_ISSUER: "internal",
+      HOSTKEEPER_CADDY_GRACE_PERIOD_MS: "5000",
+    });
+    assert.deepEqual(asked.applied, ["HOSTKEEPER_TLS_ISSUER", "HOSTKEEPER_CADDY_GRACE_PERIOD_MS"]);
+    assert.match(
+      asked.text ?? "",
+      /the agent applies HOSTKEEPER_TLS_ISSUER, HOSTKEEPER_CADDY_GRACE_PERIOD_MS;/,
+    );
   });
 
   test("a bad value: the agent's own message, exit 2, and nothing on stdout", async (t) => {

@@ -240,6 +240,54 @@ test("an adopted Caddy whose config differs is brought in line at start, one cha
   assert.equal(await readConfig(caddy, "apps/http/http_port"), 8081);
 });
 
+test("a Caddy of the user's own is left as its owner set it when no setting asks otherwise: byte for byte through the agent's start", {
+  timeout: 60_000,
+}, async (t) => {
+  // Automatic HTTPS turned off by hand, a TLS app of the owner's (a named policy and a catch-all one), no
+  // grace_period: each differs from what the agent's defaults would write.
+  const httpPort = await freePort();
+  const owners = {
+    http: {
+      servers: {
+        srv0: { listen: [`127.0.0.1:${httpPort}`], automatic_https: { disable: true }, routes: [] },
+      },
+    },
+    tls: {
+      automation: {
+        policies: [
+          {
+            subjects: ["named.issuance.test"],
+            issuers: [{ module: "acme", email: "named@issuance.example" }],
+          },
+          { issuers: [{ module: "acme", email: "owner@issuance.example" }] },
+        ],
+      },
+    },
+  };
+  const caddy = await startCaddy(t, { httpPort, extra: { apps: owners } });
+  const before = (await caddy.admin.read("/config/")).text;
+  // The test helper sets an issuer; empty is unset, as on a host that never set one.
+  const { call } = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    HOSTKEEPER_TLS_ISSUER: "",
+  });
+  assert.equal(await writesToCaddy(call), 0);
+  assert.equal((await caddy.admin.read("/config/")).text, before);
+
+  // A setting that asks: the agent applies it, and what follows from it (automatic HTTPS on, the catch-all
+  // policy the agent's place), and still leaves grace_period alone.
+  const asked = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    HOSTKEEPER_TLS_ISSUER: "acme",
+  });
+  assert.equal(await writesToCaddy(asked.call), 2);
+  assert.deepEqual(await readConfig(caddy, "apps/http/servers/srv0/automatic_https"), {});
+  assert.deepEqual(await readConfig(caddy, "apps/tls/automation/policies"), [
+    owners.tls.automation.policies[0],
+  ]);
+  assert.equal(await readConfig(caddy, "apps/http/grace_period"), null);
+});
+
 test("a Caddy as an earlier version of the agent left it gets install_trust false at start, as one change", {
   timeout: 60_000,
 }, async (t) => {
