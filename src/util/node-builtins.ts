@@ -2,8 +2,10 @@
  * `node:fs` and `node:http` for the agent's own modules, loaded with `require()` rather than `import`. An ESM
  * import of a built-in module reads every one of its exports, and these two have exports Node loads only
  * when read: `http.WebSocket` (and `CloseEvent`, `MessageEvent`) loads the bundled fetch implementation
- * (undici), `fs.ReadStream` and `fs.promises` load file streams and readline. The agent uses none of them,
- * and an import of `node:http` alone made a bare Node's resident memory markedly larger. Types
+ * (undici), `fs.ReadStream` loads file streams and readline, `fs.promises` the promise API. The agent uses
+ * none of the first two; the promise API only where it needs it, imported from `node:fs/promises` (the
+ * operator's pipeline and artifact files, the OpenAPI document). An import of `node:http` alone made a bare
+ * Node's resident memory markedly larger. Types
  * are exported here too (type exports leave nothing at run time); biome.json refuses any other import of either
  * module under src/.
  */
