@@ -1,5 +1,6 @@
 import { Socket } from "node:net";
-import type { FastifyInstance } from "fastify";
+import type { Readable } from "node:stream";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { payloadTooLarge } from "./errors.js";
 
 /**
@@ -15,6 +16,8 @@ const LINGER_MS = 5_000;
  * Fastify enforces `bodyLimit` only where it parses a body: a GET (or HEAD) with a body over the limit
  * reached its handler, which never read it. Here a Content-Length over the route's limit is refused with the
  * 413 of a POST, after the token and scope checks like every other answer, before anything reads the body.
+ * A body of no declared length (chunked) that Fastify will not parse is read here up to the limit and
+ * refused with the same 413 as soon as it passes it, rather than drained to its end after the answer.
  *
  * An answer that closes the connection (a 413, or any answer to a client that sent `Connection: close`)
  * while the body is still arriving would be lost: Node's server destroys the socket once the answer is
@@ -26,13 +29,57 @@ const LINGER_MS = 5_000;
 export function limitRequestBodies(app: FastifyInstance): void {
   app.addHook("preParsing", async (request, _reply, payload) => {
     const declared = Number(request.headers["content-length"]);
-    if (declared > request.routeOptions.bodyLimit) throw payloadTooLarge();
+    const limit = request.routeOptions.bodyLimit;
+    if (declared > limit) throw payloadTooLarge();
+    if (request.headers["transfer-encoding"] !== undefined && !parsedByFastify(request))
+      await readUpTo(payload, limit);
     return payload;
   });
   app.addHook("onSend", async (request, _reply, payload) => {
     const socket = request.raw.socket;
     if (!request.raw.complete && socket instanceof Socket) lingerOnClose(socket);
     return payload;
+  });
+}
+
+/** Whether Fastify reads the request's body (and enforces the limit on it): its rule by method. */
+function parsedByFastify(request: FastifyRequest): boolean {
+  const m = request.method;
+  if (m === "GET" || m === "HEAD") return false;
+  if (m === "DELETE" || m === "OPTIONS") return request.headers["content-type"] !== undefined;
+  return true;
+}
+
+/**
+ * Reads a body nobody else will, to its end; rejects with the 413 as soon as it holds more than `limit`
+ * bytes. The stream is left flowing, not destroyed: what the client still sends is dropped while the answer
+ * goes out (destroying it would reset the connection under the answer).
+ */
+function readUpTo(body: Readable, limit: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let size = 0;
+    const done = () => {
+      body.off("data", onData);
+      body.off("end", onEnd);
+      body.off("error", onError);
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= limit) return;
+      done();
+      reject(payloadTooLarge());
+    };
+    const onEnd = () => {
+      done();
+      resolve();
+    };
+    const onError = (err: Error) => {
+      done();
+      reject(err);
+    };
+    body.on("data", onData);
+    body.once("end", onEnd);
+    body.once("error", onError);
   });
 }
 

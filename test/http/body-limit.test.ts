@@ -45,7 +45,7 @@ function parse(buf: Buffer): (RawResponse & { complete: boolean }) | undefined {
  * rest. Once the whole body is sent and the whole answer read, the client closes, as curl does. Unlike
  * rawRequest, which takes what arrived before a reset as the answer, a reset here is an error.
  */
-async function upload(port: number, head: string, size: number): Promise<Upload> {
+async function upload(port: number, head: string, size: number, chunked = false): Promise<Upload> {
   // Half-open: the server may end its side after its answer while this client is still sending.
   const socket = connect({ host: "127.0.0.1", port, allowHalfOpen: true });
   const chunks: Buffer[] = [];
@@ -76,7 +76,11 @@ async function upload(port: number, head: string, size: number): Promise<Upload>
     for (let left = n; left > 0 && !socket.destroyed; left -= chunk.length) {
       const piece = chunk.subarray(0, Math.min(left, chunk.length));
       const drained = signal();
-      if (!socket.write(piece)) {
+      // Chunked: each piece framed as one chunk (its size in hex, the bytes, CRLF).
+      const framed = chunked
+        ? Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from("\r\n")])
+        : piece;
+      if (!socket.write(framed)) {
         socket.once("drain", drained.fire);
         await drained.p;
       }
@@ -89,6 +93,7 @@ async function upload(port: number, head: string, size: number): Promise<Upload>
     await write(half);
     await firstBytes.p;
     await write(size - half);
+    if (chunked && !socket.destroyed) socket.write("0\r\n\r\n");
     await wholeAnswer.p;
     if (!socket.destroyed) socket.end();
     await closed;
@@ -139,6 +144,33 @@ describe("a body over the limit gets a problem the client can read", () => {
       );
       assert.equal(u.response?.headers.connection, "close");
     });
+
+  // A DELETE without a content type is a body Fastify does not parse either.
+  for (const [method, path] of [
+    ["GET", "/v1/proxy/routes"],
+    ["DELETE", "/v1/proxy/routes/chunked.example.test"],
+  ])
+    test(`${method} with a chunked body over the limit: 413 payload_too_large once the limit is passed, not read to its end`, async () => {
+      // The first half alone is over the limit: the answer must come before the client sends the rest.
+      const size = 3 * LIMIT;
+      const chunkedHead = requestText(method as string, path as string, {
+        headers: { ...auth, "transfer-encoding": "chunked" },
+      });
+      const u = await upload(port, chunkedHead, size, true);
+      assert.equal(u.error, undefined, `the client met ${u.error} after sending ${u.sent} bytes`);
+      assert.equal(u.response?.status, 413, u.response?.body);
+      assert.equal(JSON.parse(u.response?.body ?? "").code, "payload_too_large");
+      assert.equal(u.response?.headers.connection, "close");
+    });
+
+  test("GET with a small chunked body: read, ignored, answered", async () => {
+    const res = await rawRequest(
+      port,
+      `GET /v1/proxy/routes HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\nauthorization: ${auth.authorization}\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n`,
+    );
+    assert.equal(res.status, 200, res.body);
+    assert.deepEqual(JSON.parse(res.body), []);
+  });
 
   test("POST with 2 MB of JSON: 413 payload_too_large", async () => {
     const u = await upload(
