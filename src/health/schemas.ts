@@ -25,7 +25,9 @@ export const ReadinessSchema = Type.Object(
     checks: Type.Object(
       {
         database: check("The agent's database answers a query."),
-        caddy_admin: check("Caddy's admin API answers (within 1 s)."),
+        caddy_admin: check(
+          "Caddy's admin API answers (within 1 s, tried again after a connection error). Caddy restarts it after every config change: when it does not answer but answered within the last 30 s and every TCP listen address of the managed server still accepts, Caddy's process is serving and the check is `ok`, its detail saying so.",
+        ),
         listeners: check(
           "Every TCP listen address of the managed server accepts connections (within 1 s). Embedded Caddy: the server must exist; with `HOSTKEEPER_CADDY_ADMIN`, a server not created yet is ok (the first route creates it).",
         ),

@@ -33,6 +33,11 @@ export interface HealthServiceOptions {
 /** Each readiness probe waits this long at most for Caddy, and for each listener. */
 const PROBE_TIMEOUT_MS = 1_000;
 /**
+ * How long after its last answer Caddy's admin API may not answer while readiness follows its listeners:
+ * longer than a config load at the largest hosts (seconds at 20,000 routes on a busy machine).
+ */
+const RELOAD_GRACE_MS = 30_000;
+/**
  * The probe's reads, and the status's reads of the routes for their count: short time-outs, and not
  * counted in the metrics (which count the requests made for the routes).
  */
@@ -45,8 +50,8 @@ const failing = (detail: string): Check => ({ status: "failing", detail });
 /**
  * Liveness, readiness and status. Readiness is cheap and bounded: one query of the database, one small read
  * of Caddy's admin API (tried again, a bounded number of times, after a connection error: see
- * `CaddyAdmin.read`) and a TCP connect per listen address, each with a short time-out, and requests that
- * arrive while a probe is under way share its answer.
+ * `CaddyAdmin.read`; past that, Caddy's listeners decide, `checkCaddy`) and a TCP connect per listen address,
+ * each with a short time-out, and requests that arrive while a probe is under way share its answer.
  */
 export class HealthService {
   private readonly probeConfig: CaddyConfig;
@@ -55,6 +60,8 @@ export class HealthService {
   private readonly routesCounted: PerLoad<number>;
   private readonly countQuery;
   private probe: Promise<Readiness> | undefined;
+  /** The managed server's listen list as last read, and when (ms since the epoch). */
+  private lastListen: { at: number; listen: string[] | undefined } | undefined;
   private readonly agentVersion = packageVersion();
   /** When the agent's process started. */
   private readonly startedAt = Date.now() - process.uptime() * 1000;
@@ -140,32 +147,37 @@ export class HealthService {
     }
   }
 
-  /** One read of the managed server's listen list proves the admin API answers and says what to connect to. */
+  /**
+   * One read of the managed server's listen list proves the admin API answers and says what to connect to.
+   * Caddy restarts its admin endpoint after every config change, and on a busy host a read can meet that
+   * past its retries: then readiness follows Caddy's process, not that one read. When the list was read
+   * within RELOAD_GRACE_MS and every listen address still accepts (Caddy hands its listeners from one config
+   * to the next, and a stopped Caddy's refuse), Caddy is ready; otherwise the read's failure is the answer.
+   */
   private async checkCaddy(): Promise<{ caddyAdmin: Check; listeners: Check }> {
     const server = this.o.server;
     // An embedded Caddy its supervisor saw exit is down now: said at once, not bridged by the read's retries.
-    const embedded = this.o.embedded?.status().state;
-    if (embedded === "restarting" || embedded === "stopped")
-      return {
-        caddyAdmin: failing(`the embedded Caddy is ${embedded}`),
-        listeners: failing("unknown: Caddy's admin API does not answer"),
-      };
+    const before = this.o.embedded?.status();
+    const down = this.embeddedDown(before);
+    if (down) return down;
     let listen: string[] | undefined;
     try {
-      // Retried as the agent's own reads are: Caddy restarts its admin endpoint after every config change,
-      // and a probe landing then meets a reset that says nothing of Caddy's health. A missing server (or a
-      // missing parent of it) reads as nothing.
+      // Retried as the agent's own reads are; a missing server (or a missing parent of it) reads as nothing.
       listen = await this.probeConfig.value<string[]>(["apps", "http", "servers", server, "listen"]);
+      this.lastListen = { at: Date.now(), listen };
     } catch (err) {
       if (err instanceof CaddyApiError)
         return {
           caddyAdmin: failing(`answered ${err.status}: ${err.message}`),
           listeners: failing("unknown"),
         };
-      return {
-        caddyAdmin: failing((err as Error).message),
-        listeners: failing("unknown: Caddy's admin API does not answer"),
-      };
+      const error = (err as Error).message;
+      const result = await this.whileUnanswered(error);
+      // The embedded Caddy may have exited, or been started again, meanwhile: then the listeners that
+      // accepted may be a new Caddy's, which has not answered yet.
+      const after = this.o.embedded?.status();
+      if (before && after?.pid !== before.pid) return this.embeddedDown(after) ?? this.unanswered(error);
+      return result;
     }
     const caddyAdmin = ok("answers");
     if (listen === undefined)
@@ -175,18 +187,50 @@ export class HealthService {
           ? failing(`the managed server ${server} does not exist`)
           : ok(`the managed server ${server} does not exist yet; the first route creates it`),
       };
+    return { caddyAdmin, listeners: await this.checkListeners(listen) };
+  }
+
+  /** An embedded Caddy its supervisor saw exit is down now: said at once, not bridged by its listeners. */
+  private embeddedDown(status: CaddyProcessStatus | undefined) {
+    if (status?.state !== "restarting" && status?.state !== "stopped") return undefined;
+    return {
+      caddyAdmin: failing(`the embedded Caddy is ${status.state}`),
+      listeners: failing("unknown: Caddy's admin API does not answer"),
+    };
+  }
+
+  private unanswered(error: string) {
+    return { caddyAdmin: failing(error), listeners: failing("unknown: Caddy's admin API does not answer") };
+  }
+
+  /** Caddy's admin API did not answer (`error`): ready only if its listeners, read lately, all still accept. */
+  private async whileUnanswered(error: string): Promise<{ caddyAdmin: Check; listeners: Check }> {
+    const last = this.lastListen;
+    if (!last?.listen || Date.now() - last.at > RELOAD_GRACE_MS) return this.unanswered(error);
+    const listeners = await this.checkListeners(last.listen);
+    if (listeners.status !== "ok" || tcpAddresses(last.listen).length === 0)
+      return { caddyAdmin: failing(error), listeners };
+    const ago = Math.round((Date.now() - last.at) / 1000);
+    return {
+      caddyAdmin: ok(
+        `not answering now (${error}), as while Caddy applies a config change; answered ${ago} s ago and its listeners accept`,
+      ),
+      listeners,
+    };
+  }
+
+  /** A TCP connect to each listen address of the managed server. */
+  private async checkListeners(listen: readonly string[]): Promise<Check> {
     const addresses = tcpAddresses(listen);
-    if (addresses.length === 0) return { caddyAdmin, listeners: ok("no TCP listen address to check") };
+    if (addresses.length === 0) return ok("no TCP listen address to check");
     const wildcardHost = this.remoteAdminHost();
     const results = await Promise.all(
       addresses.map(async (a) => ({ a, r: await accepts(a, PROBE_TIMEOUT_MS, wildcardHost) })),
     );
     const down = results.filter((x) => !x.r.ok);
-    const listeners =
-      down.length === 0
-        ? ok(`bound: ${addresses.map(hostPort).join(", ")}`)
-        : failing(`not bound: ${down.map((x) => `${hostPort(x.a)} (${x.r.error})`).join(", ")}`);
-    return { caddyAdmin, listeners };
+    return down.length === 0
+      ? ok(`bound: ${addresses.map(hostPort).join(", ")}`)
+      : failing(`not bound: ${down.map((x) => `${hostPort(x.a)} (${x.r.error})`).join(", ")}`);
   }
 
   /** A Caddy whose admin API is on another host listens there: its wildcard addresses are tried on that host. */
