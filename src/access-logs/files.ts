@@ -68,8 +68,11 @@ export async function lastLines(path: string, n: number): Promise<string[]> {
   return (await tailLines(path, n)).lines;
 }
 
-/** `<base>.log`, or a file Caddy rolled from it: `<base>-<time>.log`, gzipped or not. */
-const LOG_FILE = /^(.+?)(?:-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3})?\.log(?:\.gz|\.zst)?$/;
+/**
+ * `<base>.log`, or a file Caddy rolled from it: `<base>-<time>.log`, or `<base>-<time>-<why>.log` (Caddy 2.11
+ * names why it rolled, `size` or `time`), gzipped or not.
+ */
+const LOG_FILE = /^(.+?)(?:-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3}(?:-[a-z]+)?)?\.log(?:\.gz|\.zst)?$/;
 
 /** The route id a file in the access log folder belongs to (see `accessLogFile`); undefined for another file. */
 export function routeIdOfFile(name: string): string | undefined {

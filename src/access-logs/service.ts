@@ -5,8 +5,9 @@ import type { RouteWriter } from "../proxy/writer.js";
 import { Periodic } from "../util/periodic.js";
 import { UnsafePathError } from "../util/shared-folder.js";
 import { AccessLogNotFoundError } from "./errors.js";
-import { removeStaleFiles, staleFiles, type Tail, tailLines } from "./files.js";
+import { removeStaleFiles, staleFiles, type Tail } from "./files.js";
 import type { AccessLogKeeper } from "./keeper.js";
+import { tailAcrossRolls } from "./rolled.js";
 
 export interface AccessLogServiceOptions {
   routes: RouteService;
@@ -41,7 +42,8 @@ export class AccessLogService {
 
   /**
    * The newest `n` entries of the route's log, oldest first, each a JSON line Caddy wrote (checked, kept as
-   * text: the answer is those lines in an array), within TAIL_MAX_BYTES of the file; `cut` when older
+   * text: the answer is those lines in an array), from the current file and, when it holds fewer, the files
+   * Caddy rolled from it, within TAIL_MAX_BYTES of lines; `cut` when older
    * entries asked for were left out for that limit. A file that fails SharedFolder's checks (a link, a
    * FIFO, another user's) is refused with UnsafePathError and a warning in the log.
    */
@@ -54,7 +56,7 @@ export class AccessLogService {
       );
     let tail: Tail;
     try {
-      tail = await tailLines(accessLogFile(files.dir, routeId), n);
+      tail = await tailAcrossRolls(accessLogFile(files.dir, routeId), n);
     } catch (err) {
       if (err instanceof UnsafePathError)
         this.o.log.warn({ route_id: routeId, path: err.path, reason: err.reason }, `refused ${err.message}`);

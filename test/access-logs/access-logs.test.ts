@@ -3,6 +3,7 @@ import { readdirSync, readFileSync, statSync, utimesSync, writeFileSync } from "
 import http from "node:http";
 import { join } from "node:path";
 import { test } from "node:test";
+import { gunzipSync } from "node:zlib";
 import { lastLines } from "../../src/access-logs/files.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
@@ -195,7 +196,7 @@ test("a log stops when its route is replaced without access_log or deleted, and 
   assert.deepEqual(readdirSync(s.dir).sort(), ["keep.log.test.log", "notes.txt"]);
 });
 
-test("Caddy rolls a route's log at its size and keeps HOSTKEEPER_ACCESS_LOG_KEEP rolled files; the tail reads the current one", async (t) => {
+test("Caddy rolls a route's log at its size and keeps HOSTKEEPER_ACCESS_LOG_KEEP rolled files; the tail reads into the rolled ones", async (t) => {
   const s = await accessLogSetup(t, { HOSTKEEPER_ACCESS_LOG_ROLL_MB: "1", HOSTKEEPER_ACCESS_LOG_KEEP: "2" });
   const port = await cookieUpstream(t);
   await s.call({
@@ -225,8 +226,35 @@ test("Caddy rolls a route's log at its size and keeps HOSTKEEPER_ACCESS_LOG_KEEP
     return r.at(-1)?.request.uri === "/last" ? r : undefined;
   });
   assert.equal(tail.length, 5);
-  const all = (await s.tail("roll.log.test", "?lines=10000")).body as Entry[];
-  assert.ok(all.length > 0 && all.length < 150, `the current file's lines only: ${all.length}`);
+  // The current file holds under 150 lines of about 8 KiB: 200 reach into the newest rolled (gzipped) file,
+  // each request once, in the files' order, ending with the last.
+  const currentLines = readFileSync(join(s.dir, "roll.log.test.log"), "utf8").trim().split("\n").length;
+  assert.ok(currentLines < 200, `the current file holds ${currentLines} lines`);
+  const res = await s.tail("roll.log.test", "?lines=200");
+  const across = res.body as Entry[];
+  assert.equal(across.length, 200);
+  assert.equal(res.truncated, undefined);
+  assert.equal(across.at(-1)?.request.uri, "/last");
+  assert.equal(new Set(across.map((e) => e.request.uri)).size, 200, "no line twice");
+  // In the files' order: the newest rolled file (gunzipped here) then the current one, their last 200 lines.
+  const newest = rolledFiles().sort().at(-1) as string;
+  const inFiles = [
+    ...gunzipSync(readFileSync(join(s.dir, newest)))
+      .toString("utf8")
+      .trim()
+      .split("\n"),
+    ...readFileSync(join(s.dir, "roll.log.test.log"), "utf8").trim().split("\n"),
+  ].map((l) => (JSON.parse(l) as Entry).request.uri);
+  assert.deepEqual(
+    across.map((e) => e.request.uri),
+    inFiles.slice(-200),
+  );
+  // All of them: more than 2 MiB of lines, so the answer is cut to the newest that fit, and says so.
+  const all = await s.tail("roll.log.test", "?lines=10000");
+  const entries = all.body as Entry[];
+  assert.ok(entries.length > 200 && entries.length < 300, `${entries.length} entries within 2 MiB`);
+  assert.equal(all.truncated, "true");
+  assert.equal(entries.at(-1)?.request.uri, "/last");
 });
 
 test("an agent starting on a Caddy whose access log config went astray brings it in line with the routes", async (t) => {

@@ -62,7 +62,7 @@ export async function accessLogSetup(
     );
   const tail = async (id: string, query = "") => {
     const r = await h.call({ method: "GET", url: `/v1/proxy/routes/${id}/access-log${query}` });
-    return { status: r.statusCode, body: r.json() as unknown };
+    return { status: r.statusCode, body: r.json() as unknown, truncated: r.headers["hostkeeper-truncated"] };
   };
   const config = async (path: string) => JSON.parse((await caddy.admin.read(path)).text) as unknown;
   return { caddy, dir, ...h, send, tail, config, writer: h.app.services.writer };
