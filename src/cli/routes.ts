@@ -1,6 +1,8 @@
-import { connect } from "./agent.js";
+import { fs } from "../util/node-builtins.js";
+import { CliFailure, connect } from "./agent.js";
 import { type Command, UsageError, usageLine } from "./args.js";
 import { cell, fields, print, table } from "./output.js";
+import { routeLogCommands } from "./route-log.js";
 
 /** A route as Caddy holds it; routes the agent did not write may have any shape. */
 interface CaddyRoute {
@@ -97,12 +99,14 @@ function parseUpstream(arg: string, usage: string): { dial: string; weight?: num
 
 const add: Command = {
   words: ["routes", "add"],
-  args: "<domain> <upstream>...",
-  positionals: { min: 2, max: Number.POSITIVE_INFINITY },
+  args: "<domain> <upstream>... | --file <request.json>",
+  positionals: { min: 0, max: Number.POSITIVE_INFINITY },
   summary: "Create a route sending the requests for <domain> to the upstreams.",
   details: [
     "<upstream> is host:port, or host:port=weight with --strategy weighted_round_robin.",
     "The route's @id is the normalised domain (lowercase, punycode, no trailing dot).",
+    "--file sends a whole write request instead (any field of POST /v1/proxy/routes, site policies",
+    "included); --callback-url is added to it, the other options and arguments are refused with it.",
   ],
   options: [
     {
@@ -116,20 +120,55 @@ const add: Command = {
       value: "URL",
       doc: "Send the route_backup event to this URL before the change.",
     },
+    { name: "file", value: "FILE", doc: "A JSON write request to send as it is (- for standard input)." },
   ],
   timeoutSeconds: 90,
   run: async (inv) => {
-    const [domain, ...ups] = inv.positionals as [string, ...string[]];
     const usage = usageLine(add);
-    const body: Record<string, unknown> = { domain, upstreams: ups.map((u) => parseUpstream(u, usage)) };
-    if (inv.options.strategy !== undefined) body.strategy = inv.options.strategy;
-    if (inv.options["no-terminal"]) body.terminal = false;
+    const body = inv.options.file === undefined ? fromArguments(inv, usage) : fromFile(inv, usage);
     if (inv.options["callback-url"] !== undefined) body.callback_url = inv.options["callback-url"];
     const answer = await connect(inv.timeoutMs).call("POST", "/v1/proxy/routes", { body });
     print(inv.json ? answer.text : routeFields(JSON.parse(answer.text) as CaddyRoute));
     return 0;
   },
 };
+
+type Invoked = Parameters<Command["run"]>[0];
+
+/** The write request of `routes add <domain> <upstream>...` and its options. */
+function fromArguments(inv: Invoked, usage: string): Record<string, unknown> {
+  if (inv.positionals.length < 2) throw new UsageError("missing arguments: <domain> <upstream>...", usage);
+  const [domain, ...ups] = inv.positionals as [string, ...string[]];
+  const body: Record<string, unknown> = { domain, upstreams: ups.map((u) => parseUpstream(u, usage)) };
+  if (inv.options.strategy !== undefined) body.strategy = inv.options.strategy;
+  if (inv.options["no-terminal"]) body.terminal = false;
+  return body;
+}
+
+/** The write request in the file `--file` names (a JSON object), sent as it is. */
+function fromFile(inv: Invoked, usage: string): Record<string, unknown> {
+  if (inv.positionals.length > 0 || inv.options.strategy !== undefined || inv.options["no-terminal"])
+    throw new UsageError(
+      "--file takes the whole request: no <domain>, upstreams, --strategy or --no-terminal",
+      usage,
+    );
+  const file = inv.options.file as string;
+  let text: string;
+  try {
+    text = fs.readFileSync(file === "-" ? 0 : file, "utf8");
+  } catch (err) {
+    throw new CliFailure(`cannot read ${file}: ${(err as Error).message}`);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new CliFailure(`${file} is not JSON: ${(err as Error).message}`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    throw new CliFailure(`${file} must hold a JSON object: the write request`);
+  return value as Record<string, unknown>;
+}
 
 const rm: Command = {
   words: ["routes", "rm"],
@@ -158,4 +197,4 @@ const rm: Command = {
   },
 };
 
-export const routesCommands: Command[] = [list, get, add, rm];
+export const routesCommands: Command[] = [list, get, add, rm, ...routeLogCommands];
