@@ -3,6 +3,7 @@ import { ConfigError } from "../config.js";
 import { packageVersion } from "../paths.js";
 import { ApiProblem } from "./agent.js";
 import { type Command, commandHelp, parseInvocation, UsageError, usageLine, wantsHelp } from "./args.js";
+import { certsCommands } from "./certs.js";
 import { configCommands } from "./config.js";
 import { operatorCommands } from "./operator.js";
 import { print } from "./output.js";
@@ -33,6 +34,7 @@ const commands: Command[] = [
   serve,
   ...statusCommands,
   ...routesCommands,
+  ...certsCommands,
   ...updatesCommands,
   ...scheduleCommands,
   ...operatorCommands,
@@ -41,7 +43,8 @@ const commands: Command[] = [
 ];
 
 const groups: Record<string, string> = {
-  routes: "Reverse-proxy routes in Caddy, through the agent's API.",
+  routes: "Reverse-proxy routes in Caddy, through the agent's API, and their access logs.",
+  certs: "The certificates Caddy serves for the routes' hosts, and custom certificates.",
   updates: "System package updates: check, apply and follow an apply, and the history of applies.",
   schedule: "The maintenance schedule: the windows the agent applies updates in on its own.",
   operator: "The operator's running instance and its updates.",
