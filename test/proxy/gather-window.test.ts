@@ -99,20 +99,21 @@ test("a change that came while the event loop was busy past the quiet time keeps
   const w = new GatherWindow({ share: 0.1, maxMs: 250, quietMs: 10 });
   w.wrote(5000);
   const seen: number[] = [];
-  const gathering = w.gather(() => {
-    seen.push(arrivals);
-    return arrivals;
-  });
-  // Busy in an I/O callback, as the agent is when it parses a request: the quiet time passes and the change
-  // arrives while nothing runs, and the loop next runs its timers.
-  await new Promise<void>((resolve) =>
+  // Busy in an I/O callback, as the agent is when it parses a request: the window opens there (its quiet
+  // timer starts then, whatever the machine's load made the callback wait), the change arrives and the
+  // quiet time passes while nothing runs, and the loop next runs its timers.
+  const gathering = await new Promise<Promise<void>>((resolve) =>
     stat(import.meta.filename, () => {
+      const g = w.gather(() => {
+        seen.push(arrivals);
+        return arrivals;
+      });
       client.write("a change");
       const until = performance.now() + 40;
       while (performance.now() < until) {
         // nothing runs meanwhile
       }
-      resolve();
+      resolve(g);
     }),
   );
   await gathering;
