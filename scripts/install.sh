@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the test suite uses, added by each area's tests (the packaging tests: a systemd container
-# from mmdebstrap booted with systemd-nspawn, lintian; rpm builds the RPM; minisign signs operator fixtures).
-TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c openssl python3 systemd-container mmdebstrap lintian minisign)
+# from mmdebstrap booted with systemd-nspawn, lintian; rpm builds the RPM; minisign signs operator fixtures;
+# pebble, an ACME server, issues real certificates to Caddy on loopback).
+TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c openssl python3 systemd-container mmdebstrap lintian minisign pebble)
 
 want_test=false
 [ "${1:-}" = "--test" ] && want_test=true

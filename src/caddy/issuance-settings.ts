@@ -33,6 +33,18 @@ export function parseAcmeEmail(raw: unknown): string | undefined {
   return s;
 }
 
+/**
+ * A PEM file of the roots Caddy trusts for the ACME CA's own HTTPS (a private CA): an absolute path, with no
+ * placeholder braces (Caddy would expand them). Caddy reads it; the agent passes the path on.
+ */
+export function parseAcmeCaRoot(raw: unknown): string | undefined {
+  const s = parse.optionalString(raw);
+  if (s === undefined) return undefined;
+  if (!s.startsWith("/") || /[{}\n]/.test(s))
+    throw new Error(`expected the absolute path of a PEM file, with no braces, got "${s}"`);
+  return s;
+}
+
 export const TLS_ISSUERS = ["acme", "internal", "off"] as const;
 export type TlsIssuer = (typeof TLS_ISSUERS)[number];
 
@@ -45,7 +57,7 @@ export const issuanceSettings = {
     key: "tlsIssuer",
     env: "HOSTKEEPER_TLS_ISSUER",
     area: "proxy",
-    doc: "Where the managed server's hosts get their certificates: `acme` (an ACME CA, see `HOSTKEEPER_ACME_CA`), `internal` (Caddy's local CA, trusted by no one unless you install its root: private networks, staging hosts) or `off` (no TLS: plain HTTP on every listen address, behind a load balancer that terminates TLS). Applied to Caddy's `tls` app and the managed server's automatic HTTPS at the agent's start (with `HOSTKEEPER_CADDY_ADMIN` only when this, `HOSTKEEPER_ACME_EMAIL` or `HOSTKEEPER_ACME_CA` is set: a Caddy of your own keeps its TLS settings otherwise) and whenever the agent creates the HTTP app. Whatever the issuer, Caddy never installs its local CA into the host's trust stores. See HTTPS and certificates.",
+    doc: "Where the managed server's hosts get their certificates: `acme` (an ACME CA, see `HOSTKEEPER_ACME_CA`), `internal` (Caddy's local CA, trusted by no one unless you install its root: private networks, staging hosts) or `off` (no TLS: plain HTTP on every listen address, behind a load balancer that terminates TLS). Applied to Caddy's `tls` app and the managed server's automatic HTTPS at the agent's start (with `HOSTKEEPER_CADDY_ADMIN` only when this or an `HOSTKEEPER_ACME_EMAIL`, `HOSTKEEPER_ACME_CA` or `HOSTKEEPER_ACME_CA_ROOT` setting is set: a Caddy of your own keeps its TLS settings otherwise) and whenever the agent creates the HTTP app. Whatever the issuer, Caddy never installs its local CA into the host's trust stores. See HTTPS and certificates.",
     defaultText: "acme",
     default: "acme" as TlsIssuer,
     parse: parse.enumOf(TLS_ISSUERS),
@@ -67,6 +79,15 @@ export const issuanceSettings = {
     defaultText: "Caddy's default",
     default: undefined as string | undefined,
     parse: parseAcmeCa,
+  }),
+  acmeCaRoot: setting({
+    key: "acmeCaRoot",
+    env: "HOSTKEEPER_ACME_CA_ROOT",
+    area: "proxy",
+    doc: "Absolute path of a PEM file of the root certificates Caddy trusts for the ACME CA's own HTTPS (issuer `acme`): a private CA whose certificate is in no system store. Caddy reads it; unset, Caddy trusts the system's roots.",
+    defaultText: "none",
+    default: undefined as string | undefined,
+    parse: parseAcmeCaRoot,
   }),
   caddyHttpPort: setting({
     key: "caddyHttpPort",

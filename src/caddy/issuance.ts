@@ -7,6 +7,7 @@ export interface Issuance {
   tlsIssuer: TlsIssuer;
   acmeEmail: string | undefined;
   acmeCa: string | undefined;
+  acmeCaRoot: string | undefined;
   caddyHttpPort: number;
   caddyHttpsPort: number;
 }
@@ -34,11 +35,12 @@ export const LOCAL_CA_UNTRUSTED = { certificate_authorities: { local: { install_
 export function issuancePolicy(s: Issuance): Record<string, unknown> | undefined {
   if (s.tlsIssuer === "off") return undefined;
   if (s.tlsIssuer === "internal") return { "@id": ISSUANCE_POLICY_ID, issuers: [{ module: "internal" }] };
-  if (s.acmeCa === undefined && s.acmeEmail === undefined) return undefined;
+  if (s.acmeCa === undefined && s.acmeEmail === undefined && s.acmeCaRoot === undefined) return undefined;
   const issuer = {
     module: "acme",
     ...(s.acmeCa === undefined ? {} : { ca: s.acmeCa }),
     ...(s.acmeEmail === undefined ? {} : { email: s.acmeEmail }),
+    ...(s.acmeCaRoot === undefined ? {} : { trusted_roots_pem_files: [s.acmeCaRoot] }),
   };
   return { "@id": ISSUANCE_POLICY_ID, issuers: [issuer] };
 }
@@ -76,7 +78,7 @@ export interface AgentField extends ConfigField {
 }
 
 /** The settings that choose the issuer; the ports' settings ask for their own fields only. */
-const ISSUER_KEYS = ["tlsIssuer", "acmeEmail", "acmeCa"];
+const ISSUER_KEYS = ["tlsIssuer", "acmeEmail", "acmeCa", "acmeCaRoot"];
 
 /**
  * The fields of Caddy's config that carry the issuance settings, in the order they are written: the local
@@ -136,7 +138,11 @@ const isLoopbackHost = (host: string) =>
  */
 export function issuanceWarnings(listen: readonly string[], s: Issuance): string[] {
   if (s.tlsIssuer !== "acme") {
-    const unused = [s.acmeEmail && "HOSTKEEPER_ACME_EMAIL", s.acmeCa && "HOSTKEEPER_ACME_CA"].filter(Boolean);
+    const unused = [
+      s.acmeEmail && "HOSTKEEPER_ACME_EMAIL",
+      s.acmeCa && "HOSTKEEPER_ACME_CA",
+      s.acmeCaRoot && "HOSTKEEPER_ACME_CA_ROOT",
+    ].filter(Boolean);
     return unused.length === 0
       ? []
       : [

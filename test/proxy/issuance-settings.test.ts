@@ -3,6 +3,7 @@ import { test } from "node:test";
 import { agentCaddyFields } from "../../src/caddy/agent-fields.js";
 import {
   ISSUANCE_POLICY_ID,
+  issuancePolicy,
   issuanceWarnings,
   policiesWith,
   tlsAddresses,
@@ -44,6 +45,8 @@ test("the issuance settings: defaults, accepted values and what is refused, nami
     [{ HOSTKEEPER_ACME_CA: "ca.example.com" }, /HOSTKEEPER_ACME_CA: expected the https:\/\/ URL/],
     [{ HOSTKEEPER_ACME_CA: "https://ca.example.com/{env.X}" }, /HOSTKEEPER_ACME_CA: .*braces/],
     [{ HOSTKEEPER_ACME_CA: "https://u:p@ca.example.com/dir" }, /HOSTKEEPER_ACME_CA: .*credentials/],
+    [{ HOSTKEEPER_ACME_CA_ROOT: "roots.pem" }, /HOSTKEEPER_ACME_CA_ROOT: expected the absolute path/],
+    [{ HOSTKEEPER_ACME_CA_ROOT: "/etc/{env.X}.pem" }, /HOSTKEEPER_ACME_CA_ROOT: .*braces/],
     [{ HOSTKEEPER_CADDY_HTTP_PORT: "0" }, /HOSTKEEPER_CADDY_HTTP_PORT: must be between 1 and 65535/],
     [{ HOSTKEEPER_CADDY_HTTPS_PORT: "70000" }, /HOSTKEEPER_CADDY_HTTPS_PORT: must be between 1 and 65535/],
     [
@@ -108,6 +111,28 @@ test("the agent's policy is the one catch-all, last; policies naming hosts stay 
   assert.deepEqual(policiesWith([foreignCatchAll, ours], undefined), [foreignCatchAll]);
   assert.equal(policiesWith([ours], undefined), undefined);
   assert.equal(policiesWith(undefined, undefined), undefined);
+});
+
+test("HOSTKEEPER_ACME_CA_ROOT goes into the agent's ACME issuer as the roots Caddy trusts for the CA", () => {
+  const proxy = proxyOf({
+    HOSTKEEPER_ACME_CA: "https://ca.internal.example/dir",
+    HOSTKEEPER_ACME_CA_ROOT: "/etc/hostkeeper/acme-root.pem",
+  });
+  assert.deepEqual(issuancePolicy(proxy), {
+    "@id": ISSUANCE_POLICY_ID,
+    issuers: [
+      {
+        module: "acme",
+        ca: "https://ca.internal.example/dir",
+        trusted_roots_pem_files: ["/etc/hostkeeper/acme-root.pem"],
+      },
+    ],
+  });
+  // Set with another issuer, it is said to be unused.
+  const internal = proxyOf({ HOSTKEEPER_TLS_ISSUER: "internal", HOSTKEEPER_ACME_CA_ROOT: "/r.pem" });
+  assert.deepEqual(issuanceWarnings([":443"], internal), [
+    "HOSTKEEPER_ACME_CA_ROOT is set but not used: HOSTKEEPER_TLS_ISSUER is internal",
+  ]);
 });
 
 test("what the agent creates carries the fields that lie in it, and only those", () => {
