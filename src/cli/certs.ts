@@ -1,3 +1,4 @@
+import type { CertificateEntry } from "../certificates/entries.js";
 import { fs } from "../util/node-builtins.js";
 import { CliFailure, connect } from "./agent.js";
 import type { Command } from "./args.js";
@@ -6,18 +7,7 @@ import { cell, fields, print, table } from "./output.js";
 /* `hostkeeper certs`: the certificates Caddy serves for the routes' hosts, and custom certificates. */
 
 /** A certificate as `GET /v1/proxy/certificates` answers it. */
-interface Certificate {
-  host: string | null;
-  name: string | null;
-  names: string[];
-  source: string | null;
-  issuer: string | null;
-  serial: string | null;
-  not_before: string | null;
-  not_after: string | null;
-  status: string;
-  error: { message: string; at: string | null } | null;
-}
+type Certificate = CertificateEntry;
 
 const certPath = (name: string) => `/v1/proxy/certificates/${encodeURIComponent(name)}`;
 
