@@ -4,8 +4,8 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { connect } from "node:tls";
 import { freePort } from "../../support/loopback.js";
+import { type Entry, peerCertificate } from "../certificates/support.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startUpstream } from "../helpers/http.js";
@@ -15,27 +15,9 @@ import { waitFor } from "../helpers/wait.js";
 // Real certificates from a real ACME server: Debian's pebble on loopback, its fake DNS sending every name
 // to 127.0.0.1, Caddy trusting pebble's listener through HOSTKEEPER_ACME_CA_ROOT (never the host's stores).
 
-interface Entry {
-  host: string | null;
-  source: string | null;
-  issuer: string | null;
-  serial: string | null;
-  status: string;
-  error: { message: string } | null;
-}
-
-/** The certificate a TLS client asking 127.0.0.1:`port` for `servername` gets, as DER. */
-function served(port: number, servername: string): Promise<X509Certificate> {
-  return new Promise((resolve, reject) => {
-    const socket = connect({ host: "127.0.0.1", port, servername, rejectUnauthorized: false }, () => {
-      const raw = socket.getPeerCertificate().raw;
-      socket.end();
-      resolve(new X509Certificate(raw));
-    });
-    socket.setTimeout(5_000, () => socket.destroy(new Error("no TLS handshake within 5 s")));
-    socket.on("error", reject);
-  });
-}
+/** The certificate a TLS client asking 127.0.0.1:`port` for `servername` gets. */
+const served = async (port: number, servername: string) =>
+  new X509Certificate((await peerCertificate(port, servername)).raw);
 
 /**
  * The agent (issuer acme, pebble's directory) on a Caddy listening on two loopback ports; pebble validates
