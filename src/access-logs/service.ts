@@ -5,9 +5,8 @@ import type { RouteWriter } from "../proxy/writer.js";
 import { Periodic } from "../util/periodic.js";
 import { UnsafePathError } from "../util/shared-folder.js";
 import { AccessLogNotFoundError } from "./errors.js";
-import { removeStaleFiles, staleFiles, type Tail } from "./files.js";
+import { removeStaleFiles, staleFiles, type Tail, tailAcrossRolls } from "./files.js";
 import type { AccessLogKeeper } from "./keeper.js";
-import { tailAcrossRolls } from "./rolled.js";
 
 export interface AccessLogServiceOptions {
   routes: RouteService;
