@@ -20,13 +20,7 @@ interface LogEntry {
 }
 
 /** One entry in a line: `2026-11-28T09:12:00.123Z 200 GET shop.example.com/cart 1.2 ms 512 B 203.0.113.7`. */
-export function entryLine(raw: string): string {
-  let e: LogEntry;
-  try {
-    e = JSON.parse(raw) as LogEntry;
-  } catch {
-    return raw;
-  }
+function entryLine(e: LogEntry): string {
   const r = e.request ?? {};
   const when = typeof e.ts === "number" ? new Date(e.ts * 1000).toISOString() : "-";
   const ms = typeof e.duration === "number" ? `${(e.duration * 1000).toFixed(1)} ms` : "-";
@@ -41,11 +35,9 @@ export function entryLine(raw: string): string {
   ].join(" ");
 }
 
-/** The lines of `next` after the last of `printed` (all of them when it is not among them: a gap). */
-export function newLines(printed: string | undefined, next: readonly string[]): readonly string[] {
-  if (printed === undefined) return next;
-  const at = next.lastIndexOf(printed);
-  return at === -1 ? next : next.slice(at + 1);
+/** Where the entries not printed yet begin in `next`: after the last one printed, else (a gap) at 0. */
+function firstNew(printed: string | undefined, next: readonly string[]): number {
+  return printed === undefined ? 0 : next.lastIndexOf(printed) + 1;
 }
 
 const log: Command = {
@@ -79,9 +71,7 @@ const log: Command = {
     const first = await read(lines);
     if (!inv.options.follow) {
       if (inv.json) print(first);
-      else
-        for (const raw of (JSON.parse(first) as unknown[]).map((e) => JSON.stringify(e)))
-          print(entryLine(raw));
+      else for (const e of JSON.parse(first) as LogEntry[]) print(entryLine(e));
       return 0;
     }
     return follow(first, read, inv.json);
@@ -93,12 +83,14 @@ async function follow(first: string, read: (n: number) => Promise<string>, json:
   const stop = new AbortController();
   const onSigint = () => stop.abort();
   process.on("SIGINT", onSigint);
-  const show = (raw: string) => print(json ? raw : entryLine(raw));
   let last: string | undefined;
   const take = (text: string) => {
-    const entries = (JSON.parse(text) as unknown[]).map((e) => JSON.stringify(e));
-    for (const raw of newLines(last, entries)) show(raw);
-    last = entries.at(-1) ?? last;
+    const entries = JSON.parse(text) as LogEntry[];
+    // Each entry's JSON: what --json prints, and how an entry already printed is known again.
+    const texts = entries.map((e) => JSON.stringify(e));
+    for (let i = firstNew(last, texts); i < entries.length; i++)
+      print(json ? (texts[i] as string) : entryLine(entries[i] as LogEntry));
+    last = texts.at(-1) ?? last;
   };
   try {
     take(first);
