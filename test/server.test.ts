@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { goMemLimitOf } from "../src/caddy/process/memory-limit.js";
+import { HTTPS_REDIRECT_ID } from "../src/proxy/route/https-redirect.js";
 import { freePort } from "../support/loopback.js";
 import { startReceiver, startUpstream } from "./helpers/http.js";
 import { alive, killEmbeddedCaddys, request, startAgent } from "./helpers/serve.js";
@@ -76,7 +77,7 @@ test("embedded defaults: generated token, own Caddy that outlives the agent, rou
   let ids = JSON.parse((await request(agent.port, "GET", "/v1/proxy/routes", token)).body).map(
     (r: { "@id": string }) => r["@id"],
   );
-  assert.deepEqual(ids.sort(), ["embedded.test", "inflight.test"]);
+  assert.deepEqual(ids.sort(), ["embedded.test", HTTPS_REDIRECT_ID, "inflight.test"]);
   process.kill(agent.child.pid as number, "SIGTERM");
   await agent.exited;
 
@@ -87,7 +88,7 @@ test("embedded defaults: generated token, own Caddy that outlives the agent, rou
   ids = JSON.parse((await request(agent.port, "GET", "/v1/proxy/routes", token)).body).map(
     (r: { "@id": string }) => r["@id"],
   );
-  assert.deepEqual(ids.sort(), ["embedded.test", "inflight.test"]);
+  assert.deepEqual(ids.sort(), ["embedded.test", HTTPS_REDIRECT_ID, "inflight.test"]);
   assert.notEqual(Number(readFileSync(pidFile, "utf8")), caddyPid);
   assert.equal(goMemLimitOf(Number(readFileSync(pidFile, "utf8"))), "400MiB");
   process.kill(agent.child.pid as number, "SIGTERM");

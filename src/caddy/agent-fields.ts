@@ -1,7 +1,7 @@
 import type { AppConfig } from "../settings.js";
 import { caddyDuration } from "./config.js";
 import type { ConfigField } from "./config-fields.js";
-import { type AgentField, issuanceFields } from "./issuance.js";
+import { type AgentField, ISSUER_KEYS, issuanceFields } from "./issuance.js";
 
 /**
  * Every field the agent keeps in Caddy's config outside the routes, in the order they are written: the
@@ -32,6 +32,14 @@ export function fieldsAtStart(
 ): ConfigField[] {
   return o.ownCaddy ? fields.filter((f) => f.askedBy.some((k) => o.explicit.has(k))) : [...fields];
 }
+
+/**
+ * Whether the agent applies its issuer (the TLS app and the managed server's automatic HTTPS) to this
+ * Caddy, by `fieldsAtStart`'s rule: always to its embedded Caddy, to a Caddy of the user's own only when an
+ * issuance setting is set. The HTTPS redirect goes with it.
+ */
+export const issuerApplied = (o: { ownCaddy: boolean; explicit: ReadonlySet<string> }): boolean =>
+  !o.ownCaddy || ISSUER_KEYS.some((k) => o.explicit.has(k));
 
 /**
  * Which case `fieldsAtStart` applies, for the start log and `hostkeeper config check`: `applied` names the

@@ -102,7 +102,7 @@ export const issuanceSettings = {
     key: "caddyHttpsPort",
     env: "HOSTKEEPER_CADDY_HTTPS_PORT",
     area: "proxy",
-    doc: "Caddy's `https_port`: where its HTTP-to-HTTPS redirects point, and where ACME's TLS-ALPN challenge is answered. Written at the agent's start (with `HOSTKEEPER_CADDY_ADMIN` only when this is set).",
+    doc: "Caddy's `https_port`: where the HTTP-to-HTTPS redirects point (named in their URL unless 443), and where ACME's TLS-ALPN challenge is answered. Written at the agent's start (with `HOSTKEEPER_CADDY_ADMIN` only when this is set).",
     defaultText: "443",
     default: 443,
     parse: parse.int(1, 65535),

@@ -78,7 +78,7 @@ export interface AgentField extends ConfigField {
 }
 
 /** The settings that choose the issuer; the ports' settings ask for their own fields only. */
-const ISSUER_KEYS = ["tlsIssuer", "acmeEmail", "acmeCa", "acmeCaRoot"];
+export const ISSUER_KEYS = ["tlsIssuer", "acmeEmail", "acmeCa", "acmeCaRoot"];
 
 /**
  * The fields of Caddy's config that carry the issuance settings, in the order they are written: the local

@@ -4,7 +4,7 @@ import { AccessLogKeeper } from "../access-logs/keeper.js";
 import { AccessLogService } from "../access-logs/service.js";
 import type { AccessLogFiles } from "../caddy/access-log-json.js";
 import type { CaddyAdmin } from "../caddy/admin.js";
-import { agentCaddyFields, fieldsAtStart } from "../caddy/agent-fields.js";
+import { agentCaddyFields, fieldsAtStart, issuerApplied } from "../caddy/agent-fields.js";
 import { CaddyConfig } from "../caddy/config.js";
 import { CaddyConfigFields } from "../caddy/config-fields.js";
 import { embeddedCaddyFiles } from "../caddy/process/files.js";
@@ -19,6 +19,7 @@ import { HealthService, type SupervisedCaddy } from "../health/service.js";
 import { Metrics } from "../metrics/metrics.js";
 import { OperatorService } from "../operator/service.js";
 import { ChangeJournal } from "../proxy/journal.js";
+import { httpsRedirect } from "../proxy/route/https-redirect.js";
 import { ownEndpoints, UpstreamCheck } from "../proxy/route/upstream-check.js";
 import { RouteService } from "../proxy/service.js";
 import { RouteChangeStore } from "../proxy/store.js";
@@ -181,7 +182,13 @@ function buildRoutes(
   const caddyRoutes: RoutesStore = o.caddy.plainRoutes
     ? new CaddyRoutes(o.caddyAdmin, where)
     : new CachedRoutes(o.caddyAdmin, where);
+  const atStart = { ownCaddy: o.caddy.embedded === undefined, explicit: config.explicit };
+  const lead = httpsRedirect({
+    enabled: proxy.tlsIssuer !== "off" && issuerApplied(atStart),
+    httpsPort: proxy.caddyHttpsPort,
+  });
   const writer = new RouteWriter(caddyRoutes, {
+    lead,
     journal,
     config: new CaddyConfigFields(o.caddyAdmin),
     metrics: o.metrics,
@@ -198,7 +205,8 @@ function buildRoutes(
     operatorRouteId: proxy.operatorDomain,
     connections: {
       streamCloseDelayMs: proxy.caddyStreamCloseDelayMs,
-      fields: fieldsAtStart(fields, { ownCaddy: o.caddy.embedded === undefined, explicit: config.explicit }),
+      fields: fieldsAtStart(fields, atStart),
+      lead,
     },
     accessLogs: files !== undefined,
     upstreams: new UpstreamCheck({

@@ -13,6 +13,7 @@ export const problemCodes = {
   unauthorized: { status: 401, title: "Missing or invalid bearer token" },
   insufficient_scope: { status: 403, title: "Token lacks a scope the route requires" },
   operator_route_immutable: { status: 403, title: "Operator route is immutable" },
+  agent_route_immutable: { status: 403, title: "The agent's own route is immutable" },
   not_found: { status: 404, title: "Not found" },
   route_not_found: { status: 404, title: "Route not found" },
   change_not_found: { status: 404, title: "Route change not found" },

@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import { caddyDuration } from "../caddy/config.js";
 import type { ConfigField } from "../caddy/config-fields.js";
+import type { LeadingRoute } from "../caddy/routes/leading-route.js";
 import { decoysInPlace, withDecoy } from "./route/basic-auth-upgrade.js";
 import { routesHaveDelay, withStreamCloseDelay } from "./route/streams.js";
 import type { RouteWriter } from "./writer.js";
@@ -10,14 +11,16 @@ export interface ConnectionSettings {
   streamCloseDelayMs: number;
   /** The fields the agent keeps in Caddy's config outside the routes (`agentCaddyFields`). */
   fields: readonly ConfigField[];
+  /** The route that leads all others (the HTTPS redirect, route/https-redirect.ts), or its absence. */
+  lead: LeadingRoute;
 }
 
 /**
  * Brings a Caddy the agent finds (adopted, or configured by an earlier version) in line with the settings:
  * the fields the agent keeps outside the routes (the local CA's trust, the TLS issuer, the HTTP and HTTPS
  * ports, the managed server's automatic HTTPS, `grace_period`), then every route's `reverse_proxy`
- * handlers their `stream_close_delay`, and the `basic_auth` routes an earlier version wrote their decoy
- * (route/basic-auth-upgrade.ts); each field and the routes as one config change made only when it differs. Not
+ * handlers their `stream_close_delay`, the `basic_auth` routes an earlier version wrote their decoy
+ * (route/basic-auth-upgrade.ts) and the HTTPS redirect its place ahead of them (or its removal); each field and the routes as one config change made only when it differs. Not
  * a route change of the API: no history, no events, one log line. A failure is logged and the agent
  * starts anyway; every route the agent writes later gets the delay with its change.
  */
@@ -28,6 +31,7 @@ export async function conformCaddy(writer: RouteWriter, s: ConnectionSettings, l
       routesConform: (text) => routesHaveDelay(text, delay) && decoysInPlace(text),
       conformRoute: (r) => withDecoy(withStreamCloseDelay(r, delay)),
       fields: s.fields,
+      lead: s.lead,
     });
     if (done.routes > 0 || done.fields.length > 0)
       log.info(

@@ -44,6 +44,15 @@ export class OperatorRouteImmutableError extends Error {
   }
 }
 
+/** A route the agent keeps itself (the HTTPS redirect, an `@id` no domain can take): the API cannot change it. */
+export class AgentRouteImmutableError extends Error {
+  override readonly name = "AgentRouteImmutableError";
+
+  constructor(readonly routeId: string) {
+    super(`${routeId} is a route the agent keeps itself (docs/https.md); the API cannot change it`);
+  }
+}
+
 /**
  * A route write or restore that would make a route answer for the operator's domain: a host of its
  * matchers covers it (`redirect_from` naming it, a wildcard domain over it), or a matcher set takes any host.

@@ -2,6 +2,7 @@ import { ApiError } from "../http/errors.js";
 import { UnsafePathError } from "../util/shared-folder.js";
 import { withoutPaths } from "../util/without-paths.js";
 import {
+  AgentRouteImmutableError,
   ChangeNotFoundError,
   ChangeNotRecordedError,
   ChangeRejectedError,
@@ -30,6 +31,7 @@ export function proxyProblem(err: unknown): ApiError | undefined {
       extensions: { host: err.host, route_id: err.owner },
     });
   if (err instanceof RouteNotWrittenError) return new ApiError("route_request_unknown", err.message);
+  if (err instanceof AgentRouteImmutableError) return new ApiError("agent_route_immutable", err.message);
   if (err instanceof OperatorRouteImmutableError)
     return new ApiError("operator_route_immutable", err.message);
   if (err instanceof OperatorDomainReservedError)

@@ -2,11 +2,19 @@ import type { Readable } from "node:stream";
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import type { RoutesStore } from "../caddy/routes/caddy-routes.js";
-import { isRefusal, type Op, opId, type Refusal, type RouteJson } from "../caddy/routes/plan.js";
+import {
+  AGENT_ROUTE_ID_PREFIX,
+  isRefusal,
+  type Op,
+  opId,
+  type Refusal,
+  type RouteJson,
+} from "../caddy/routes/plan.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
 import { type ConnectionSettings, conformCaddy } from "./conformance.js";
 import {
+  AgentRouteImmutableError,
   ChangeNotFoundError,
   changeError,
   OperatorDomainReservedError,
@@ -263,9 +271,11 @@ export class RouteService {
     );
   }
 
+  /** The operator's route and the agent's own routes (the HTTPS redirect) are not the API's to change. */
   private guardOperator(routeId: string): void {
     if (this.o.operatorRouteId !== undefined && routeId === this.o.operatorRouteId)
       throw new OperatorRouteImmutableError(routeId);
+    if (routeId.startsWith(AGENT_ROUTE_ID_PREFIX)) throw new AgentRouteImmutableError(routeId);
   }
 
   /**

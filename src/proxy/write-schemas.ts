@@ -197,6 +197,12 @@ export const RouteWriteRequestSchema = Type.Object(
           "Caddy writes every request the route handles (its domain and `redirect_from` hosts) as a JSON line to a file of the route's own, read with `GET /v1/proxy/routes/{route_id}/access-log` (docs/api/proxy-routes.md, Access logs). Default false: no log.",
       }),
     ),
+    https_redirect: Type.Optional(
+      Type.Boolean({
+        description:
+          "Whether a plain-HTTP request for the route's hosts (its domain and `redirect_from` hosts) is answered 308 to HTTPS (docs/https.md, Redirects). Default true, which applies whenever the managed server serves TLS; false serves the route on plain HTTP as well, for sites that must answer there. Read back only when false.",
+      }),
+    ),
   },
   { additionalProperties: false, $id: "RouteWriteRequest", title: "RouteWriteRequest" },
 );

@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import { CaddyApiError, CaddyUnavailableError } from "../caddy/admin.js";
 import type { RoutesState, RoutesStore } from "../caddy/routes/caddy-routes.js";
+import { type LeadingRoute, leadPlan } from "../caddy/routes/leading-route.js";
 import {
   type ChangeEnd,
   type ChangeOutcome,
@@ -48,6 +49,8 @@ export class WriteSteps {
     private readonly routes: RoutesStore,
     private readonly journal: Pick<ChangeJournal, "capture" | "together">,
     private readonly log: Logger,
+    /** The route kept ahead of all others (the HTTPS redirect), made again when a change touches it. */
+    private readonly lead?: LeadingRoute,
   ) {}
 
   /** Answers every change of `batch`; true when it wrote to Caddy (the routes' new ETag is then still to be known). */
@@ -86,12 +89,7 @@ export class WriteSteps {
       return [];
     }
     const { state } = known;
-    const first = plan(
-      state.routes,
-      changes.map((x) => x.change.op),
-      elsewhere,
-      state.index,
-    );
+    const first = this.plan(state, changes, elsewhere);
     // A 404 or 409, or a change that changes nothing, never reaches Caddy, so no If-Match would catch a
     // stale cache: confirm it on a fresh read.
     if (known.cached && (first.outcomes.some((o) => o.outcome.kind !== "applied") || changesNothing(first))) {
@@ -199,13 +197,20 @@ export class WriteSteps {
       );
       if (dropped.length === 0) return { live, p };
       live = live.filter((x) => !dropped.includes(x));
-      p = plan(
-        state.routes,
-        live.map((x) => x.change.op),
-        elsewhere,
-        state.index,
-      );
+      p = this.plan(state, live, elsewhere);
     }
+  }
+
+  /** The changes planned over `state`, the leading route made again where they touch it. */
+  private plan(state: RoutesState, changes: readonly Pending[], elsewhere: ReadonlySet<string>): Plan {
+    const p = plan(
+      state.routes,
+      changes.map((x) => x.change.op),
+      elsewhere,
+      state.index,
+    );
+    if (this.lead) leadPlan(p, this.lead);
+    return p;
   }
 
   /** The applied changes end in `failure`; the others keep their planned 404/409. */

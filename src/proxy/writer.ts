@@ -3,6 +3,7 @@ import type { Logger } from "pino";
 import { CaddyApiError } from "../caddy/admin.js";
 import type { CaddyConfigFields, ConfigField } from "../caddy/config-fields.js";
 import type { RoutesStore } from "../caddy/routes/caddy-routes.js";
+import type { LeadingRoute } from "../caddy/routes/leading-route.js";
 import type { ChangeEnd, Op, RouteJson } from "../caddy/routes/plan.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { GatherWindow, type GatherWindowOptions } from "./gather-window.js";
@@ -39,6 +40,8 @@ export interface WriterOptions {
   metrics?: Metrics;
   /** Config that follows the routes (the access logs), kept in line around each batch. */
   hooks?: BatchHooks;
+  /** The route kept ahead of all others (the HTTPS redirect): made again by the batches that touch it. */
+  lead?: LeadingRoute;
 }
 
 /**
@@ -65,6 +68,8 @@ export interface Conformance {
   conformRoute(route: RouteJson): RouteJson;
   /** Fields of Caddy's config outside the routes, in the order they are written (see `ConfigField`). */
   fields: readonly ConfigField[];
+  /** The route that must lead all others, or none (leading-route.ts). */
+  lead?: LeadingRoute;
 }
 
 /**
@@ -98,7 +103,7 @@ export class RouteWriter {
     private readonly routes: RoutesStore,
     private readonly opts: WriterOptions,
   ) {
-    this.steps = new WriteSteps(routes, opts.journal, opts.log);
+    this.steps = new WriteSteps(routes, opts.journal, opts.log, opts.lead);
     this.maxBatch = opts.maxBatch ?? 500;
     this.gather = new GatherWindow(opts.gather ?? GATHER);
   }
@@ -165,14 +170,12 @@ export class RouteWriter {
    */
   async conform(c: Conformance): Promise<{ routes: number; fields: string[] }> {
     const config = this.opts.config;
+    const inLine = (t: string) => c.routesConform(t) && (c.lead?.settledIn(t) ?? true);
     const [text, differing] = await Promise.all([this.routes.text(), config.differing(c.fields)]);
-    if (c.routesConform(text) && differing.length === 0) return { routes: 0, fields: [] };
+    if (inLine(text) && differing.length === 0) return { routes: 0, fields: [] };
     return this.exclusive(async () => {
       const fields = await config.conform(c.fields);
-      const routes = await this.routes.conform(
-        (r) => c.conformRoute(r),
-        (t) => c.routesConform(t),
-      );
+      const routes = await this.routes.conform((r) => c.conformRoute(r), inLine, c.lead);
       return { routes, fields };
     });
   }

@@ -3,7 +3,6 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { lastLines } from "../../src/access-logs/files.js";
-import { CaddyAdmin } from "../../src/caddy/admin.js";
 import { embeddedEnv, readyz, TOKEN } from "../health/support.js";
 import { proxyExchange, sentAgainOnReset } from "../helpers/http.js";
 import { alive, caddyPid, request, startAgent } from "../helpers/serve.js";
@@ -11,17 +10,15 @@ import { waitFor } from "../helpers/wait.js";
 import { cookieUpstream, write } from "./support.js";
 
 test("with the embedded Caddy the logs are under <data dir>/caddy/access-logs, none in caddy.log, and survive a Caddy restart", async (t) => {
-  const { env, dataDir, httpPort } = await embeddedEnv(t);
+  // Plain HTTP on the loopback port, and no certificate sought for the test's hosts (Caddy would take the
+  // port for HTTPS and ask a public CA).
+  const { env, dataDir, httpPort } = await embeddedEnv(t, { HOSTKEEPER_TLS_ISSUER: "off" });
   const agent = await startAgent(t, env);
   const port = await cookieUpstream(t);
   const api = (method: string, path: string, body?: unknown) =>
     request(agent.port, method, path, TOKEN, body);
   const send = (host: string, path: string) =>
     sentAgainOnReset(() => proxyExchange(httpPort, host, { path }));
-  // Plain HTTP on the loopback port, and no certificate sought for the test's hosts (Caddy would take the
-  // port for HTTPS and ask a public CA): what the agent does not manage, set by the test through the socket.
-  const admin = new CaddyAdmin({ kind: "unix", socketPath: join(dataDir, "caddy", "admin.sock") }, 10_000);
-  await admin.write("POST", "/config/apps/http/servers/srv0/automatic_https", { disable: true });
   assert.equal(
     (await api("POST", "/v1/proxy/routes", write("a.emb.test", port, { access_log: true }))).status,
     201,

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { HTTPS_REDIRECT_ID } from "../../src/proxy/route/https-redirect.js";
 import { sleep } from "../../src/util/timers.js";
 import { startUpstream } from "../helpers/http.js";
 import { alive, caddyPid, request, startAgent, stopAgent } from "../helpers/serve.js";
@@ -90,7 +91,8 @@ describe("the embedded Caddy is supervised", () => {
     assert.equal(notReady.body.checks.listeners.status, "failing");
 
     // Read from the new Caddy: `--resume` loaded the autosaved config. Its listener is bound (readyz).
-    assert.deepEqual(await routeIds(agent.port), ["back.test"]);
+    // The agent's HTTPS redirect (the embedded Caddy's issuer is acme) comes back first.
+    assert.deepEqual(await routeIds(agent.port), [HTTPS_REDIRECT_ID, "back.test"]);
     await agent.waitForLog("was killed by SIGKILL; starting it again in 300 ms", 5_000);
     const s = await agentStatus(agent.port);
     assert.equal(s.caddy.state, "running");
@@ -98,7 +100,7 @@ describe("the embedded Caddy is supervised", () => {
     assert.equal(s.caddy.restarts, 1);
     assert.equal(s.caddy.adopted, false);
     assert.ok(Date.parse(s.caddy.last_exit_at) <= Date.parse(s.caddy.last_restart_at));
-    assert.equal(s.routes.count, 1);
+    assert.equal(s.routes.count, 2);
     const metrics = await request(agent.port, "GET", "/metrics", TOKEN);
     assert.equal(metrics.status, 200, metrics.body);
     assert.equal(value(parseExposition(metrics.body).samples, "hostkeeper_caddy_restarts_total"), 1);
@@ -128,7 +130,7 @@ describe("the embedded Caddy is supervised", () => {
     assert.equal(s.caddy.pid, after);
     assert.equal(s.caddy.adopted, false, "the new Caddy is the agent's own child");
     assert.equal(s.caddy.restarts, 1);
-    assert.deepEqual(await routeIds(agent.port), ["adopted.test"]);
+    assert.deepEqual(await routeIds(agent.port), [HTTPS_REDIRECT_ID, "adopted.test"]);
   });
 
   test("exits in a row are restarted after doubling delays, which start over once Caddy stays up", async (t) => {

@@ -8,7 +8,7 @@ import { freePort } from "../../support/loopback.js";
 import { type Entry, peerCertificate } from "../certificates/support.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
-import { startUpstream } from "../helpers/http.js";
+import { proxyExchange, sentAgainOnReset, startUpstream } from "../helpers/http.js";
 import { startPebble } from "../helpers/pebble.js";
 import { waitFor } from "../helpers/wait.js";
 
@@ -68,18 +68,26 @@ async function acmeSetup(t: Parameters<typeof startCaddy>[0], closed: "http-01" 
     const r = await h.call({ method: "GET", url: "/v1/proxy/certificates" });
     return (JSON.parse(r.body) as { certificates: Entry[] }).certificates.find((e) => e.host === host);
   };
-  return { ...h, pebble, tlsPort, addRoute, entry };
+  /** A plain-HTTP request for `host` answers 308 to its HTTPS port, path and query kept. */
+  const redirects = async (host: string) => {
+    const r = await sentAgainOnReset(() => proxyExchange(httpPort, host, { path: "/p?q=1" }));
+    assert.equal(r.status, 308, host);
+    assert.equal(r.headers.location, `https://${host}:${tlsPort}/p?q=1`);
+  };
+  return { ...h, pebble, tlsPort, addRoute, entry, redirects };
 }
 
 for (const [challenge, closed] of [
   ["HTTP-01", "tls-alpn-01"],
   ["TLS-ALPN-01", "http-01"],
 ] as const)
-  test(`a route's host gets a certificate from pebble by ${challenge}, served by SNI and listed valid with pebble's issuer and serial`, {
+  test(`a route's host gets a certificate from pebble by ${challenge}, served by SNI and listed valid with pebble's issuer and serial; plain HTTP redirects throughout`, {
     timeout: 90_000,
   }, async (t) => {
     const s = await acmeSetup(t, closed);
     await s.addRoute("app.acme.test");
+    // The redirect holds while the challenge passes: Caddy answers HTTP-01 before any route.
+    await s.redirects("app.acme.test");
     const cert = await waitFor(
       "pebble's certificate served for app.acme.test",
       async () => {
@@ -99,6 +107,7 @@ for (const [challenge, closed] of [
     assert.equal(listed.source, "acme");
     assert.match(listed.issuer ?? "", /Pebble Intermediate CA/);
     assert.equal(listed.serial, cert.serialNumber.toUpperCase());
+    await s.redirects("app.acme.test");
   });
 
 test("a host pebble cannot validate is missing, with pebble's error text", { timeout: 90_000 }, async (t) => {

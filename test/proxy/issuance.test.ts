@@ -5,32 +5,18 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { ISSUANCE_POLICY_ID } from "../../src/caddy/issuance.js";
 import { freePort } from "../../support/loopback.js";
-import { metricSample } from "../../support/prometheus.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy, type TestCaddy } from "../helpers/caddy.js";
 import { hostPackageState } from "../helpers/host-state.js";
 import { closeAfter, startUpstream, viaProxy } from "../helpers/http.js";
 import { waitFor } from "../helpers/wait.js";
 import { localRoot, servedCertificate, TRUST_STORES } from "./issuance-support.js";
+import { writesToCaddy } from "./support.js";
 
 const readConfig = async (caddy: TestCaddy, path: string) =>
   JSON.parse((await caddy.admin.read(`/config/${path}`)).text) as unknown;
 
 const route = (domain: string, port: number) => ({ domain, upstreams: [{ dial: `127.0.0.1:${port}` }] });
-
-/** Successful writes the agent made to Caddy's admin API: each is one config change (one reload). */
-async function writesToCaddy(call: Awaited<ReturnType<typeof buildTestApp>>["call"]): Promise<number> {
-  const text = (await call({ method: "GET", url: "/metrics" })).body;
-  let sum = 0;
-  for (const method of ["POST", "PUT", "PATCH", "DELETE"]) {
-    const n = metricSample(text, "hostkeeper_caddy_admin_request_duration_seconds_count", {
-      method,
-      outcome: "2xx",
-    });
-    if (!Number.isNaN(n)) sum += n;
-  }
-  return sum;
-}
 
 test("issuer internal: a route's host and the operator's get a certificate of Caddy's local CA on the HTTPS port; the ports stay through route changes", {
   timeout: 120_000,
@@ -69,12 +55,11 @@ test("issuer internal: a route's host and the operator's get a certificate of Ca
     assert.match(served.issuer, /^Caddy Local Authority/);
     assert.equal(served.altNames, `DNS:${host}`);
   }
-  // The HTTPS port speaks TLS only. The HTTP port serves the routes' hosts in plain HTTP too: Caddy puts
-  // its redirects to HTTPS after every route with a host matcher (docs/https.md).
+  // The HTTPS port speaks TLS only; the HTTP port redirects to it (https-redirect.test.ts).
   const plainOnTls = await viaProxy(httpsPort, "app.issuance.test");
   assert.equal(plainOnTls.status, 400);
   assert.match(plainOnTls.body, /HTTP request to an HTTPS server/);
-  assert.deepEqual(await viaProxy(httpPort, "app.issuance.test"), { status: 200, body: "app" });
+  assert.equal((await viaProxy(httpPort, "app.issuance.test")).status, 308);
 
   const kept = async () => ({
     http_port: await readConfig(caddy, "apps/http/http_port"),
@@ -221,8 +206,9 @@ test("an adopted Caddy whose config differs is brought in line at start, one cha
   });
   const env = { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl, HOSTKEEPER_TLS_ISSUER: "internal" };
   const first = await buildTestApp(t, { ...env, HOSTKEEPER_CADDY_HTTP_PORT: "8080" });
-  // The policies, http_port and the server's automatic HTTPS (off in the test Caddy) differ: three changes.
-  assert.equal(await writesToCaddy(first.call), 3);
+  // The policies, http_port and the server's automatic HTTPS (off in the test Caddy) differ, and the routes
+  // lack the HTTPS redirect: four changes.
+  assert.equal(await writesToCaddy(first.call), 4);
   assert.deepEqual(await readConfig(caddy, "apps/tls/automation/policies"), [
     { subjects: ["other.issuance.test"], issuers: [{ module: "internal" }] },
     { "@id": ISSUANCE_POLICY_ID, issuers: [{ module: "internal" }] },
@@ -275,12 +261,12 @@ test("a Caddy of the user's own is left as its owner set it when no setting asks
   assert.equal((await caddy.admin.read("/config/")).text, before);
 
   // A setting that asks: the agent applies it, and what follows from it (automatic HTTPS on, the catch-all
-  // policy the agent's place), and still leaves grace_period alone.
+  // policy the agent's place, the HTTPS redirect), and still leaves grace_period alone.
   const asked = await buildTestApp(t, {
     HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
     HOSTKEEPER_TLS_ISSUER: "acme",
   });
-  assert.equal(await writesToCaddy(asked.call), 2);
+  assert.equal(await writesToCaddy(asked.call), 3);
   assert.deepEqual(await readConfig(caddy, "apps/http/servers/srv0/automatic_https"), {});
   assert.deepEqual(await readConfig(caddy, "apps/tls/automation/policies"), [
     owners.tls.automation.policies[0],

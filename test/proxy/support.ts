@@ -1,5 +1,6 @@
 import type { TestContext } from "node:test";
 import { type CaddyAdmin, CaddyUnavailableError } from "../../src/caddy/admin.js";
+import { metricSample } from "../../support/prometheus.js";
 import { buildTestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startUpstream } from "../helpers/http.js";
@@ -43,4 +44,18 @@ export function loseFirstWriteAnswer(
     });
   });
   return () => calls;
+}
+
+/** Successful writes the agent made to Caddy's admin API: each is one config change (one reload). */
+export async function writesToCaddy(call: Awaited<ReturnType<typeof buildTestApp>>["call"]): Promise<number> {
+  const text = (await call({ method: "GET", url: "/metrics" })).body;
+  let sum = 0;
+  for (const method of ["POST", "PUT", "PATCH", "DELETE"]) {
+    const n = metricSample(text, "hostkeeper_caddy_admin_request_duration_seconds_count", {
+      method,
+      outcome: "2xx",
+    });
+    if (!Number.isNaN(n)) sum += n;
+  }
+  return sum;
 }

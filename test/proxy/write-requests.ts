@@ -160,6 +160,8 @@ const policyFields = {
   encode: fc.constantFrom<("zstd" | "gzip")[]>(["zstd"], ["gzip"], ["zstd", "gzip"], ["gzip", "zstd"]),
   // Not a policy, but written into the route the same way: its first handler.
   access_log: fc.constant(true),
+  // Nor this: a marker handler after the access log's.
+  https_redirect: fc.constant(false),
 };
 type Policies = {
   [K in keyof typeof policyFields]?: (typeof policyFields)[K] extends fc.Arbitrary<infer T> ? T : never;

@@ -11,6 +11,7 @@ import {
   type WriteAnswer,
 } from "./caddy-routes.js";
 import { caddyEtag } from "./etag.js";
+import type { LeadingRoute } from "./leading-route.js";
 import { opId, type Plan, type RouteJson } from "./plan.js";
 import { RoutePositions } from "./route-positions.js";
 import { PARSED_KEPT_MS, RoutesCache } from "./routes-cache.js";
@@ -209,9 +210,13 @@ export class CachedRoutes implements RoutesStore {
     return state;
   }
 
-  conform(transform: (route: RouteJson) => RouteJson, conforms?: (text: string) => boolean): Promise<number> {
+  conform(
+    transform: (route: RouteJson) => RouteJson,
+    conforms?: (text: string) => boolean,
+    lead?: LeadingRoute,
+  ): Promise<number> {
     this.cache.drop();
-    return this.caddy.conform(transform, conforms);
+    return this.caddy.conform(transform, conforms, lead);
   }
 
   /** The routes read now, their positions noted and, after a 412 on a computed ETag, the computation checked. */

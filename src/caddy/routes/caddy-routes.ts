@@ -5,6 +5,7 @@ import { CaddyConfig } from "../config.js";
 import { CaddyConfigFields, type ConfigField } from "../config-fields.js";
 import { managedServerCreation } from "../server-creation.js";
 import { goJsonPieces } from "./etag.js";
+import { type LeadingRoute, withLead } from "./leading-route.js";
 import { type ChangeOutcome, indexRoutes, type Plan, type RouteJson, type RoutesIndex } from "./plan.js";
 import { readAll, routesBody } from "./routes-stream.js";
 
@@ -53,8 +54,12 @@ export interface RoutesStore {
   forget(): void;
   /** Readies the next change's state after a write, between batches. */
   refresh(): Promise<void>;
-  /** Rewrites every route `transform` changes, as one change (see `CaddyRoutes.conform`). */
-  conform(transform: (route: RouteJson) => RouteJson, conforms?: (text: string) => boolean): Promise<number>;
+  /** Rewrites every route `transform` changes, and the lead, as one change (see `CaddyRoutes.conform`). */
+  conform(
+    transform: (route: RouteJson) => RouteJson,
+    conforms?: (text: string) => boolean,
+    lead?: LeadingRoute,
+  ): Promise<number>;
   /** The routes read from Caddy now, as Caddy's own JSON text (`[]` when there are none). */
   text(): Promise<string>;
   /** The same, as Caddy's bytes passed on while they arrive. */
@@ -214,14 +219,15 @@ export class CaddyRoutes implements RoutesStore {
   }
 
   /**
-   * Rewrites every route `transform` changes, as one change of CaddyConfig (one write with If-Match, one
-   * reload; none when no route changes); returns how many changed. `conforms` may tell from Caddy's text
-   * alone that nothing would change, which spares parsing every route at start. A lost race reads the
-   * routes again (CaddyConfig's rule).
+   * Rewrites every route `transform` changes, and puts `lead` first (leading-route.ts `withLead`), as one
+   * change of CaddyConfig (one write with If-Match, one reload; none when no route changes); returns how
+   * many changed (the lead counts as one). `conforms` may tell from Caddy's text alone that nothing would
+   * change, which spares parsing every route at start. A lost race reads the routes again (CaddyConfig's rule).
    */
   async conform(
     transform: (route: RouteJson) => RouteJson,
     conforms: (text: string) => boolean = () => false,
+    lead?: LeadingRoute,
   ): Promise<number> {
     let changed = 0;
     const rewrite = (current: unknown) => {
@@ -231,7 +237,9 @@ export class CaddyRoutes implements RoutesStore {
         if (out !== r) changed++;
         return out;
       });
-      return changed === 0 ? current : routes;
+      const led = lead ? withLead(routes, lead) : routes;
+      if (led !== routes) changed++;
+      return changed === 0 ? current : led;
     };
     // The routes are what the managed server holds: a missing server has none to rewrite.
     const keys = ["apps", "http", "servers", this.opts.server, "routes"];

@@ -50,6 +50,13 @@ export interface ChangeEnd {
   previous: RouteJson | null;
 }
 
+/**
+ * The start of the `@id` of a route the agent keeps in place itself (leading-route.ts), which no route id
+ * can take (a domain holds no colon): a plan never counts it as a route that may shadow another, so it
+ * never places a route before it.
+ */
+export const AGENT_ROUTE_ID_PREFIX = "hostkeeper:";
+
 export const opId = (op: Op): string => (op.kind === "create" || op.kind === "put" ? op.route["@id"] : op.id);
 
 function hostMatches(pattern: string, host: string): boolean {
@@ -104,6 +111,7 @@ export function indexRoutes(routes: readonly RouteJson[]): RoutesIndex {
     const r = routes[i] as RouteJson;
     const id = r["@id"];
     if (typeof id === "string" && !first.has(id)) first.set(id, i);
+    if (typeof id === "string" && id.startsWith(AGENT_ROUTE_ID_PREFIX)) continue;
     if (takesAnyHost(r)) {
       anyHost.push(i);
       continue;

@@ -3,6 +3,7 @@ import type { RouteJson } from "../../caddy/routes/plan.js";
 import { type InputIssue, InvalidInputError } from "../../util/invalid-input.js";
 import type { RouteWriteRequest } from "../write-schemas.js";
 import { normalizeDomain, parseDial } from "./domain.js";
+import { PLAIN_HTTP_MARKER } from "./https-redirect.js";
 import {
   type Balanced,
   DEFAULT_REDIRECT_STATUS,
@@ -38,7 +39,9 @@ export function buildRoute(request: RouteWriteRequest): ManagedRoute {
   const { issues, site, upstreams } = checked(request);
   if (issues.length > 0 || site === undefined) throw new InvalidInputError(issues);
   const id = site.domain;
-  const handle = hasPolicies(request) ? siteHandlers(site, upstreams) : [reverseProxy(upstreams)];
+  const policies = hasPolicies(request) ? siteHandlers(site, upstreams) : [reverseProxy(upstreams)];
+  // The opt-out's marker leads, so the HTTPS redirect finds it without reading the route's policies.
+  const handle = request.https_redirect === false ? [{ ...PLAIN_HTTP_MARKER }, ...policies] : policies;
   return {
     id,
     route: {

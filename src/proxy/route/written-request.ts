@@ -4,6 +4,7 @@ import { canonicalJson } from "../../util/canonical-json.js";
 import type { HeaderOps, RouteWriteRequest } from "../write-schemas.js";
 import { DECOY_USER, isDecoyRoute } from "./basic-auth.js";
 import { buildRoute } from "./build-route.js";
+import { isPlainHttpMarker } from "./https-redirect.js";
 import { unliteral } from "./policies.js";
 import { withStreamCloseDelay } from "./streams.js";
 
@@ -38,9 +39,17 @@ function readRoute(route: RouteJson): Written | undefined {
   const [domain = "", ...redirects] = hosts ?? [];
   // A route that logs starts with its access log handler; the rest is read as any route's.
   const logs = isAccessLogHandler(route.handle?.[0], domain);
-  const handle = logs ? route.handle?.slice(1) : route.handle;
+  const marked = logs ? route.handle?.slice(1) : route.handle;
+  // Then, for a route served on plain HTTP too, the opt-out's marker.
+  const plain = isPlainHttpMarker(marked?.[0]);
+  const handle = plain ? marked?.slice(1) : marked;
   if (!hosts || hosts.length === 0 || !handle || handle.length !== 1) return undefined;
-  const base = { domain, terminal: route.terminal ?? false, ...(logs ? { access_log: true } : {}) };
+  const base = {
+    domain,
+    terminal: route.terminal ?? false,
+    ...(logs ? { access_log: true } : {}),
+    ...(plain ? { https_redirect: false } : {}),
+  };
   const h = handle[0] as Json;
   if (h.handler === "reverse_proxy") return { ...base, ...balanced(h) };
   if (h.handler !== "subroute" || !Array.isArray(h.routes)) return undefined;
