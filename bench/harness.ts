@@ -7,15 +7,28 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import { join } from "node:path";
+import type { RouteJson } from "../src/caddy/routes/plan.js";
 import { fetchedCaddyBinary } from "../src/caddy/settings.js";
 import { projectRoot } from "../src/paths.js";
 import { buildRoute } from "../src/proxy/route/build-route.js";
+import { redirectRoute } from "../src/proxy/route/https-redirect.js";
 import { freePort, httpRequest } from "../support/loopback.js";
 import { metricSample } from "../support/prometheus.js";
 
 export const TOKEN = "bench-token-0123456789abcdef";
 export const UPSTREAM = "127.0.0.1:9";
 export const routesPath = "/config/apps/http/servers/srv0/routes";
+
+/**
+ * BENCH_HTTPS_REDIRECT=1: both Caddys as a server serving TLS has them, without getting certificates: the
+ * HTTP port is the listener's, automatic HTTPS on with `disable_certificates`, an internal catch-all policy,
+ * and the agent's HTTPS redirect leading the routes (the raw side writes it too, as the same config).
+ */
+export const BENCH_REDIRECT = process.env.BENCH_HTTPS_REDIRECT === "1";
+
+/** What both Caddys' routes start with: the HTTPS redirect under BENCH_HTTPS_REDIRECT, else nothing. */
+export const leadingRoutes = (): RouteJson[] =>
+  BENCH_REDIRECT ? [redirectRoute({ enabled: true, httpsPort: 443 }, [])] : [];
 /**
  * How long after its last request the agent counts as idle: by then it has put away the routes it parsed
  * for the next change (10 s after its last read of them) and made its idle collection (5 s later).
@@ -165,6 +178,13 @@ export async function startCaddy(
   };
   const httpApp: Record<string, unknown> = { servers: { srv0 } };
   const apps: Record<string, unknown> = { http: httpApp };
+  if (BENCH_REDIRECT && !opts.tlsHost) {
+    srv0.automatic_https = { disable_certificates: true };
+    srv0.routes = leadingRoutes();
+    httpApp.http_port = httpPort;
+    apps.tls = { automation: { policies: [{ issuers: [{ module: "internal" }] }] } };
+    apps.pki = { certificate_authorities: { local: { install_trust: false } } };
+  }
   if (opts.tlsHost && tlsPort) {
     // One server on both ports: Caddy serves TLS (HTTP/2) on every listener but the app's http_port.
     srv0.listen = [`127.0.0.1:${httpPort}`, `127.0.0.1:${tlsPort}`];
@@ -271,7 +291,7 @@ export interface BenchAgent {
  */
 export async function startAgent(
   dir: string,
-  caddy: Pick<BenchCaddy, "adminPort">,
+  caddy: Pick<BenchCaddy, "adminPort" | "httpPort">,
   opts: { root?: string; env?: Record<string, string>; readyPath?: string } = {},
 ): Promise<BenchAgent> {
   const root = opts.root ?? projectRoot();
@@ -293,6 +313,9 @@ export async function startAgent(
       // the default issuer (acme) the agent would turn it on, and Caddy would try to get certificates for
       // every one of the routes' hosts.
       HOSTKEEPER_TLS_ISSUER: "off",
+      ...(BENCH_REDIRECT
+        ? { HOSTKEEPER_TLS_ISSUER: "internal", HOSTKEEPER_CADDY_HTTP_PORT: String(caddy.httpPort) }
+        : {}),
       ...(process.env.BENCH_AGENT_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_AGENT_NODE_OPTIONS } : {}),
       ...opts.env,
     },

@@ -15,6 +15,7 @@ import {
   call,
   expect,
   IDLE_MS,
+  leadingRoutes,
   type Res,
   type Row,
   routesPath,
@@ -66,7 +67,10 @@ export async function scale(
 
   // Load the routes with one raw write (the fastest way there), then measure at that size.
   // A tenth of the routes carry site policies (redirect host, path, basic auth, headers, compression).
-  const base = Array.from({ length: size }, (_, i) => benchRoute(`load${i}.s${size}.bench.test`, i));
+  const base = [
+    ...leadingRoutes(),
+    ...Array.from({ length: size }, (_, i) => benchRoute(`load${i}.s${size}.bench.test`, i)),
+  ];
   expect(await raw("PATCH", routesPath, base), 200, "load routes (raw)");
   expect(await direct("PATCH", routesPath, base), 200, "load routes (agent)");
   // Warm both paths once.
@@ -137,8 +141,8 @@ export async function scale(
   await sleep(IDLE_MS - 5000);
   const idleRssMb = rssMb(agent.child.pid as number);
 
-  expect(await raw("PATCH", routesPath, []), 200, "clear routes (raw)");
-  expect(await direct("PATCH", routesPath, []), 200, "clear routes (agent)");
+  expect(await raw("PATCH", routesPath, leadingRoutes()), 200, "clear routes (raw)");
+  expect(await direct("PATCH", routesPath, leadingRoutes()), 200, "clear routes (agent)");
   return { rows, bulk, idleRssMb, afterWorkRssMb };
 }
 

@@ -10,7 +10,8 @@ const on = { enabled: true, httpsPort: 443 };
 const lead = httpsRedirect(on);
 const route = (domain: string, extra: Record<string, unknown> = {}) =>
   buildRoute({ domain, upstreams: [{ dial: "127.0.0.1:9" }], ...extra }).route;
-const location = (r: RouteJson) => (r.handle?.[0]?.headers as { Location: string[] } | undefined)?.Location[0];
+const location = (r: RouteJson) =>
+  (r.handle?.[0]?.headers as { Location: string[] } | undefined)?.Location[0];
 const planned = (routes: RouteJson[], ops: Op[]) => {
   const p = plan(routes, ops, new Set());
   leadPlan(p, lead);
