@@ -9,6 +9,7 @@ import { accessLogProblem } from "./access-logs/problems.js";
 import { registerAccessLogRoutes } from "./access-logs/routes.js";
 import type { AccessLogService } from "./access-logs/service.js";
 import { CaddyAdmin } from "./caddy/admin.js";
+import { onDemandMigrations } from "./certificates/on-demand-store.js";
 import { certificatesProblem } from "./certificates/problems.js";
 import { registerCertificateRoutes } from "./certificates/routes.js";
 import { certificatesSharedSchemas } from "./certificates/schemas.js";
@@ -131,6 +132,7 @@ export async function buildApp({
     ...systemMigrations,
     ...operatorMigrations,
     ...auditMigrations,
+    ...onDemandMigrations,
   ]);
   const access = buildAccess(config, db, logger, now);
   const app = createFastify(config.agent, access.access.check, logger, serverFactory);

@@ -37,4 +37,22 @@ export const certificateSettings = {
       return s === undefined ? undefined : resolve(s);
     },
   }),
+  onDemandMaxPerRoute: setting({
+    key: "onDemandMaxPerRoute",
+    env: "HOSTKEEPER_ON_DEMAND_MAX_PER_ROUTE",
+    area: "proxy",
+    doc: "How many hosts of one wildcard route (`*.preview.example.com`) may get a certificate of their own on their first TLS handshake (on-demand issuance, docs/https.md). A host past it gets none; hosts that got one keep it. Counted per route id, kept across restarts, reset when the route is deleted.",
+    defaultText: "100",
+    default: 100,
+    parse: parse.int(0, 100_000),
+  }),
+  onDemandRate: setting({
+    key: "onDemandRate",
+    env: "HOSTKEEPER_ON_DEMAND_RATE",
+    area: "proxy",
+    doc: "How many hosts of wildcard routes, all routes together, may be allowed a new certificate per minute (on-demand issuance). A host refused for it is allowed at a later handshake, once the minute has room again.",
+    defaultText: "10",
+    default: 10,
+    parse: parse.int(0, 10_000),
+  }),
 };

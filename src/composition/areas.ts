@@ -12,12 +12,17 @@ import { CachedRoutes } from "../caddy/routes/cached-routes.js";
 import { CaddyRoutes, type RoutesStore } from "../caddy/routes/caddy-routes.js";
 import { CaddyTlsConfig } from "../caddy/tls-config.js";
 import { CustomCertificateStore } from "../certificates/custom-store.js";
+import { OnDemandAsk } from "../certificates/on-demand-ask.js";
+import { OnDemandGate } from "../certificates/on-demand-gate.js";
+import { OnDemandKeeper } from "../certificates/on-demand-keeper.js";
+import { OnDemandHosts } from "../certificates/on-demand-store.js";
 import { CertificateService } from "../certificates/service.js";
 import { DenyList } from "../events/egress.js";
 import { Outbox } from "../events/outbox.js";
 import { HealthService, type SupervisedCaddy } from "../health/service.js";
 import { Metrics } from "../metrics/metrics.js";
 import { OperatorService } from "../operator/service.js";
+import { allHooks } from "../proxy/batch-hooks.js";
 import { ChangeJournal } from "../proxy/journal.js";
 import { httpsRedirect } from "../proxy/route/https-redirect.js";
 import { ownEndpoints, UpstreamCheck } from "../proxy/route/upstream-check.js";
@@ -44,6 +49,8 @@ export interface Areas {
   routes: RouteService;
   certificates: CertificateService;
   accessLogs: AccessLogService;
+  /** The endpoint Caddy asks before an on-demand certificate; closed with the app. */
+  onDemandAsk: OnDemandAsk;
   system: SystemService;
   schedule: ScheduleService;
   operator: OperatorService;
@@ -77,12 +84,14 @@ export function buildAreas(
     log: logger.child({ component: "outbox" }),
   });
   metrics.readOutboxStates(() => outbox.countByState());
-  const { caddyRoutes, writer, routes, accessLogs } = buildRoutes(config, db, logger, {
+  // The writer, the routes and access logs' services and the on-demand endpoint are areas of their own.
+  const routesArea = buildRoutes(config, db, logger, {
     metrics,
     outbox,
     caddyAdmin,
     caddy,
   });
+  const { caddyRoutes, routes } = routesArea;
   const certificates = new CertificateService({
     // Not counted: the admin API's metrics are those of the requests made for routes.
     tls: new CaddyTlsConfig(new CaddyConfig(caddyAdmin, { counted: false })),
@@ -124,10 +133,8 @@ export function buildAreas(
     deny,
     outbox,
     caddyAdmin,
-    writer,
-    routes,
+    ...routesArea,
     certificates,
-    accessLogs,
     system,
     schedule,
     operator,
@@ -183,9 +190,13 @@ function buildRoutes(
     ? new CaddyRoutes(o.caddyAdmin, where)
     : new CachedRoutes(o.caddyAdmin, where);
   const atStart = { ownCaddy: o.caddy.embedded === undefined, explicit: config.explicit };
-  const lead = httpsRedirect({
-    enabled: proxy.tlsIssuer !== "off" && issuerApplied(atStart),
-    httpsPort: proxy.caddyHttpsPort,
+  // The redirect and on-demand issuance go with the issuer the agent applies (none with `off`).
+  const tls = proxy.tlsIssuer !== "off" && issuerApplied(atStart);
+  const lead = httpsRedirect({ enabled: tls, httpsPort: proxy.caddyHttpsPort });
+  const onDemand = buildOnDemand(config, db, logger, {
+    caddyAdmin: o.caddyAdmin,
+    routes: caddyRoutes,
+    enabled: tls,
   });
   const writer = new RouteWriter(caddyRoutes, {
     lead,
@@ -193,7 +204,7 @@ function buildRoutes(
     config: new CaddyConfigFields(o.caddyAdmin),
     metrics: o.metrics,
     gather: { ...GATHER, maxMs: proxy.routeGatherMaxMs },
-    hooks: keeper,
+    hooks: allHooks([keeper, onDemand.keeper]),
     log: writerLog,
   });
   const routes = new RouteService({
@@ -227,7 +238,35 @@ function buildRoutes(
     keepDays: config.accessLogs.accessLogKeepDays,
     log: accessLog,
   });
-  return { caddyRoutes, writer, routes, accessLogs };
+  return { caddyRoutes, writer, routes, accessLogs, onDemandAsk: onDemand.ask };
+}
+
+/**
+ * On-demand issuance for wildcard routes: the hosts allowed so far, the gate deciding on a host, the
+ * loopback endpoint Caddy asks (started when a wildcard route first needs it), and the keeper of Caddy's
+ * policy among the writer's hooks.
+ */
+function buildOnDemand(
+  config: AppConfig,
+  db: Db,
+  logger: Logger,
+  o: { caddyAdmin: CaddyAdmin; routes: RoutesStore; enabled: boolean },
+) {
+  const log = logger.child({ component: "on-demand" });
+  const hosts = new OnDemandHosts(db);
+  const { onDemandMaxPerRoute: maxPerRoute, onDemandRate: perMinute } = config.certificates;
+  const gate = new OnDemandGate({ routes: o.routes, hosts, limits: { maxPerRoute, perMinute }, log });
+  const ask = new OnDemandAsk(gate, log);
+  const keeper = new OnDemandKeeper({
+    admin: o.caddyAdmin,
+    server: config.proxy.caddyServer,
+    issuance: config.proxy,
+    enabled: o.enabled,
+    endpoint: () => ask.start(),
+    hosts,
+    log,
+  });
+  return { ask, keeper };
 }
 
 /** The package updates area, on the package manager the settings (or the host) select. */

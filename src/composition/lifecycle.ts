@@ -52,6 +52,7 @@ export function manageLifecycle(
     await pruneAudit.stop();
     await areas.operator.close();
     areas.accessLogs.close();
+    await areas.onDemandAsk.close();
     areas.schedule.close();
     // A change's records are finished after its answer; let the writer get there before the database closes.
     await settledWithin(areas.writer.whenIdle(), 5000);

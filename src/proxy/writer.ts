@@ -275,7 +275,10 @@ export class RouteWriter {
       if (await hooks.before(needing.map((p) => p.change.op))) this.followUpDue = true;
       return batch;
     } catch (err) {
-      this.opts.log.warn({ err }, "could not prepare Caddy's config for the batch's access logs");
+      this.opts.log.warn(
+        { err },
+        "could not prepare Caddy's config for the batch (access logs, on-demand issuance)",
+      );
       this.followUpDue = true;
       const outcome =
         err instanceof CaddyApiError
@@ -292,7 +295,10 @@ export class RouteWriter {
     try {
       await hooks.idle();
     } catch (err) {
-      this.opts.log.warn({ err }, "could not bring Caddy's access logs in line with the routes");
+      this.opts.log.warn(
+        { err },
+        "could not bring Caddy's config that follows the routes in line (access logs, on-demand issuance)",
+      );
     }
   }
 }
