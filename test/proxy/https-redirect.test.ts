@@ -57,12 +57,13 @@ test("issuer internal: plain HTTP answers 308 to HTTPS for every route's host, e
 }, async (t) => {
   const caddy = await startCaddy(t, { withServer: false });
   const [httpPort, httpsPort] = [await freePort(), await freePort()];
-  const { call } = await buildTestApp(t, {
+  const { call, app: agent } = await buildTestApp(t, {
     HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
     HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${httpPort},127.0.0.1:${httpsPort}`,
     HOSTKEEPER_CADDY_HTTP_PORT: String(httpPort),
     HOSTKEEPER_CADDY_HTTPS_PORT: String(httpsPort),
     HOSTKEEPER_TLS_ISSUER: "internal",
+    HOSTKEEPER_OPERATOR_DOMAIN: "ops.redirect.test",
   });
   const app = await startUpstream(t, "app");
   const open = await startUpstream(t, "open");
@@ -84,8 +85,15 @@ test("issuer internal: plain HTTP answers 308 to HTTPS for every route's host, e
     201,
   );
 
-  // Every host of the route, path and query unchanged, to the HTTPS port (not 443, so it is named).
-  for (const host of ["app.redirect.test", "www.redirect.test"]) {
+  await agent.services.routes.put({
+    "@id": "ops.redirect.test",
+    match: [{ host: ["ops.redirect.test"] }],
+    handle: [{ handler: "static_response", body: "ops" }],
+  });
+
+  // Every host of a route and the operator's, path and query unchanged, to the HTTPS port (not 443, so
+  // it is named).
+  for (const host of ["app.redirect.test", "www.redirect.test", "ops.redirect.test"]) {
     const r = await plain(httpPort, host, "/a/b?c=1&d=%2F");
     assert.equal(r.status, 308, host);
     assert.equal(r.location, `https://${host}:${httpsPort}/a/b?c=1&d=%2F`);
