@@ -38,6 +38,13 @@ export class OnDemandHosts {
       .run(routeId, host, at.toISOString());
   }
 
+  /** Every host allowed, of any route. */
+  all(): string[] {
+    return (this.db.prepare("SELECT DISTINCT host FROM on_demand_hosts").all() as { host: string }[]).map(
+      (r) => r.host,
+    );
+  }
+
   /** Forgets the hosts of every route but `routeIds` (those deleted start from none when created again). */
   keepOnly(routeIds: ReadonlySet<string>): number {
     const held = this.db.prepare("SELECT DISTINCT route_id FROM on_demand_hosts").all() as {

@@ -39,6 +39,8 @@ export interface CertificateServiceOptions {
   store: CustomCertificateStore;
   /** The managed server's routes as Caddy's JSON text (the route writer's read). */
   routesText: () => Promise<string>;
+  /** The hosts of wildcard routes allowed a certificate on demand (on-demand-store.ts), listed as hosts too. */
+  onDemandHosts?: () => readonly string[];
   /** Where Caddy keeps its data (its XDG_DATA_HOME) when its config names no storage: known for the embedded one. */
   caddyDataDir: string | undefined;
   warningDays: number;
@@ -115,8 +117,8 @@ export class CertificateService {
   }
 
   /**
-   * One entry per host the managed server's routes serve (the certificate a TLS client gets for it), then
-   * one per custom certificate. Other work gets the event loop every few hundred hosts: the first list at a
+   * One entry per host the managed server's routes serve (the certificate a TLS client gets for it; for a
+   * wildcard route, its own host and each host it allowed on demand), then one per custom certificate. Other work gets the event loop every few hundred hosts: the first list at a
    * large host parses a certificate for every host.
    */
   async list(): Promise<CertificateEntry[]> {
@@ -180,7 +182,12 @@ export class CertificateService {
     };
     const entries: CertificateEntry[] = [];
     let n = 0;
-    for (const host of hostsOf(routesText)) {
+    const onDemand = this.o.onDemandHosts?.() ?? [];
+    const hosts =
+      onDemand.length === 0
+        ? hostsOf(routesText)
+        : [...new Set([...hostsOf(routesText), ...onDemand])].sort();
+    for (const host of hosts) {
       if (++n % 500 === 0) await new Promise((r) => setImmediate(r));
       const now = this.o.now();
       const custom = customFor(host, customs);

@@ -97,6 +97,7 @@ export function buildAreas(
     tls: new CaddyTlsConfig(new CaddyConfig(caddyAdmin, { counted: false })),
     store: new CustomCertificateStore(agent.dataDir),
     routesText: () => caddyRoutes.text(),
+    onDemandHosts: () => routesArea.onDemandHosts.all(),
     caddyDataDir: embeddedCaddy
       ? embeddedCaddyFiles(agent.dataDir).dataHome
       : config.certificates.caddyDataDir,
@@ -238,7 +239,14 @@ function buildRoutes(
     keepDays: config.accessLogs.accessLogKeepDays,
     log: accessLog,
   });
-  return { caddyRoutes, writer, routes, accessLogs, onDemandAsk: onDemand.ask };
+  return {
+    caddyRoutes,
+    writer,
+    routes,
+    accessLogs,
+    onDemandAsk: onDemand.ask,
+    onDemandHosts: onDemand.hosts,
+  };
 }
 
 /**
@@ -266,7 +274,7 @@ function buildOnDemand(
     hosts,
     log,
   });
-  return { ask, keeper };
+  return { ask, keeper, hosts };
 }
 
 /** The package updates area, on the package manager the settings (or the host) select. */

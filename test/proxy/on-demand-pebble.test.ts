@@ -47,6 +47,14 @@ test("a wildcard route's hosts get certificates of their own from pebble on thei
     );
     assert.equal(cert.subjectAltName, `DNS:${host}`, "a certificate of the host's own, not the wildcard's");
   }
+  // The certificates list shows each allowed host with its own certificate.
+  for (const host of ["a.preview.acme.test", "b.preview.acme.test"]) {
+    const e = await waitFor(`${host} valid in the list`, async () => {
+      const got = await s.entry(host);
+      return got?.status === "valid" ? got : undefined;
+    });
+    assert.deepEqual([e.source, e.names], ["acme", [host]]);
+  }
   // The third host of the route is past the limit; a host no route serves is no route's.
   await assert.rejects(served(s.tlsPort, "c.preview.acme.test"));
   await assert.rejects(served(s.tlsPort, "x.elsewhere.acme.test"));
