@@ -204,3 +204,37 @@ test("existing routes get the redirect at the agent's start as one config change
     body: "old",
   });
 });
+
+test("a Caddy without the managed server gets none at start: the redirect comes with the server's first route", {
+  timeout: 60_000,
+}, async (t) => {
+  const other = await freePort();
+  const caddy = await startCaddy(t, {
+    withServer: false,
+    extra: { apps: { http: { servers: { other: { listen: [`127.0.0.1:${other}`], routes: [] } } } } },
+  });
+  const [httpPort, httpsPort] = [await freePort(), await freePort()];
+  const { call } = await buildTestApp(t, {
+    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
+    HOSTKEEPER_CADDY_LISTEN: `127.0.0.1:${httpPort},127.0.0.1:${httpsPort}`,
+    HOSTKEEPER_CADDY_HTTP_PORT: String(httpPort),
+    HOSTKEEPER_CADDY_HTTPS_PORT: String(httpsPort),
+    HOSTKEEPER_TLS_ISSUER: "internal",
+  });
+  const servers = async () =>
+    Object.keys(JSON.parse((await caddy.admin.read("/config/apps/http/servers")).text) as object);
+  assert.deepEqual(await servers(), ["other"]);
+  const up = await startUpstream(t, "first");
+  const created = await call({
+    method: "POST",
+    url: "/v1/proxy/routes",
+    payload: { domain: "first.redirect.test", upstreams: [{ dial: `127.0.0.1:${up.port}` }] },
+  });
+  assert.equal(created.statusCode, 201, created.body);
+  assert.deepEqual((await servers()).sort(), ["other", "srv0"]);
+  assert.deepEqual(
+    ((await routesOf(caddy)) ?? []).map((r) => r["@id"]),
+    [HTTPS_REDIRECT_ID, "first.redirect.test"],
+  );
+  assert.equal((await plain(httpPort, "first.redirect.test")).status, 308);
+});

@@ -241,11 +241,12 @@ export class CaddyRoutes implements RoutesStore {
       if (led !== routes) changed++;
       return changed === 0 ? current : led;
     };
-    // The routes are what the managed server holds: a missing server has none to rewrite.
+    // The routes are what the managed server holds: a missing server has none to rewrite, and gets the lead
+    // with its first route (a server made here would have no listen address).
     const keys = ["apps", "http", "servers", this.opts.server, "routes"];
     // A rewrite that changed no route gives back the array it was given: nothing else to compare.
     const done = await new CaddyConfig(this.admin).update(keys, rewrite, {
-      needs: 3,
+      needs: 4,
       inLine: conforms,
       same: () => false,
     });
