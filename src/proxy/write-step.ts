@@ -131,9 +131,11 @@ export class WriteSteps {
 
   /** Writes a captured plan and answers its changes, or says what is left to do. */
   private async write(live: Pending[], p: Plan, state: RoutesState, mayRetry: boolean): Promise<Step[]> {
+    // The submitted changes the write carries (not the leading route a plan may add, index -1).
+    const carried = p.applied.filter((a) => a.index >= 0).length;
     for (const a of p.applied) {
       const pending = live[a.index];
-      if (pending) pending.batchSize = p.applied.length;
+      if (pending) pending.batchSize = carried;
     }
     const written = await this.routes.write(state, p);
     switch (written.kind) {
