@@ -1,5 +1,6 @@
 import type { AgentStatus, Readiness } from "../health/schemas.js";
 import { packageVersion } from "../paths.js";
+import type { Compliance } from "../system/compliance.js";
 import { plural } from "../util/text.js";
 import { sleep } from "../util/timers.js";
 import { hostPort } from "../util/urls.js";
@@ -34,6 +35,8 @@ export interface StatusReport {
    * reachable (the token cannot be read, or is refused), so the report still says whether the agent is ready.
    */
   readiness: Part | null;
+  /** GET /v1/system/compliance, asked when GET /v1/status answered; null otherwise. */
+  compliance: Part | null;
 }
 
 /** The answer; `reached` is false when the agent could not be reached at all. */
@@ -68,7 +71,9 @@ export async function gatherStatus(client: AgentClient): Promise<StatusReport> {
     status.status !== 200 && reached
       ? (await part(() => client.request("GET", "/readyz", { auth: false }))).part
       : null;
-  return { versions, agent, status, readiness };
+  const compliance =
+    status.status === 200 ? (await part(() => client.request("GET", "/v1/system/compliance"))).part : null;
+  return { versions, agent, status, readiness, compliance };
 }
 
 /**
@@ -118,6 +123,20 @@ function readinessText(x: Readiness): string {
   return `not ready: ${failing.map(([name, c]) => `${name}: ${c.detail}`).join("; ")}`;
 }
 
+/** The patch state in one line: security updates and CVEs pending and their age, the last apply, the reboot. */
+function patchesText(part: Part | null): string {
+  if (part?.status !== 200) return `unknown: ${part?.error ?? "not asked"}`;
+  const c = part.body as Compliance;
+  if (c.checked_at === null) return "never checked";
+  const age = (s: number | null) => (s === null ? "" : ` (oldest ${duration(s)})`);
+  return [
+    `${c.security_updates_pending} security pending${age(c.oldest_security_update_age_seconds)}`,
+    `${plural(c.cves_pending, "CVE")}${age(c.oldest_cve_age_seconds)}`,
+    `last successful apply ${c.last_successful_apply_at ?? "never"}`,
+    ...(c.reboot_required ? [`reboot required since ${c.reboot_required_since}`] : []),
+  ].join(", ");
+}
+
 function describeFull(r: StatusReport, s: AgentStatus): string {
   const c = s.caddy;
   const caddyLine = [
@@ -148,6 +167,7 @@ function describeFull(r: StatusReport, s: AgentStatus): string {
     ["caddy", caddyLine],
     ["outbox", `${s.outbox.pending} pending, ${s.outbox.dead} dead`],
     ["updates", `${pm.name}${pm.version ? ` ${pm.version}` : ""}, ${updates}`],
+    ["patches", patchesText(r.compliance)],
     ["operator", operator],
     [
       "versions",
@@ -176,11 +196,12 @@ function describe(r: StatusReport): string {
 const status: Command = {
   words: ["status"],
   positionals: { min: 0, max: 0 },
-  summary: "Show the agent's status: readiness, Caddy, routes, callbacks, updates, operator, versions.",
+  summary:
+    "Show the agent's status: readiness, Caddy, routes, callbacks, updates, patch compliance, operator, versions.",
   details: [
-    "GET /v1/status; without a usable token, GET /readyz (which needs none) for the agent's readiness alone.",
+    "GET /v1/status and GET /v1/system/compliance; without a usable token, GET /readyz (which needs none) for the agent's readiness alone.",
     "Exit code 0 when the agent is ready (its database, Caddy's admin API and Caddy's listeners answer), 1",
-    "otherwise. With --json: {versions, agent, status, readiness}, each answer with its status and body as it came.",
+    "otherwise. With --json: {versions, agent, status, readiness, compliance}, each answer with its status and body as it came.",
     "With --wait, the report comes once the agent answers at all (GET /healthz), or once the wait is over.",
   ],
   options: [

@@ -85,12 +85,7 @@ export function buildAreas(
   });
   metrics.readOutboxStates(() => outbox.countByState());
   // The writer, the routes and access logs' services and the on-demand endpoint are areas of their own.
-  const routesArea = buildRoutes(config, db, logger, {
-    metrics,
-    outbox,
-    caddyAdmin,
-    caddy,
-  });
+  const routesArea = buildRoutes(config, db, logger, { metrics, outbox, caddyAdmin, caddy });
   const { caddyRoutes, routes } = routesArea;
   const certificates = new CertificateService({
     // Not counted: the admin API's metrics are those of the requests made for routes.
@@ -221,14 +216,7 @@ function buildRoutes(
       lead,
     },
     accessLogs: files !== undefined,
-    upstreams: new UpstreamCheck({
-      deny: proxy.upstreamDenyCidrs,
-      own: ownEndpoints({
-        listen: config.agent.listen,
-        caddyAdmin: proxy.caddyAdmin,
-        operatorPorts: config.operator.ports,
-      }),
-    }),
+    upstreams: upstreamCheck(config),
     log: logger.child({ component: "routes" }),
   });
   const accessLogs = new AccessLogService({
@@ -247,6 +235,17 @@ function buildRoutes(
     onDemandAsk: onDemand.ask,
     onDemandHosts: onDemand.hosts,
   };
+}
+
+/** Where upstreams may not point: HOSTKEEPER_UPSTREAM_DENY_CIDRS and the agent's own ports. */
+function upstreamCheck(config: AppConfig): UpstreamCheck {
+  const { proxy } = config;
+  const own = ownEndpoints({
+    listen: config.agent.listen,
+    caddyAdmin: proxy.caddyAdmin,
+    operatorPorts: config.operator.ports,
+  });
+  return new UpstreamCheck({ deny: proxy.upstreamDenyCidrs, own });
 }
 
 /**
@@ -286,7 +285,7 @@ function buildSystem(
 ): SystemService {
   const { system } = config;
   const log = logger.child({ component: "system" });
-  return new SystemService({
+  const service = new SystemService({
     db,
     metrics: o.metrics,
     manager: createPackageManager(system, process.env, log),
@@ -306,6 +305,8 @@ function buildSystem(
     now: o.now,
     log,
   });
+  o.metrics.readCompliance(service.packageManager, () => service.compliance());
+  return service;
 }
 
 /** The maintenance schedule: its store and the scheduler that runs its slots' applies, on the agent's clock. */

@@ -160,6 +160,55 @@ export class Metrics {
     });
   }
 
+  /**
+   * The host's patch state (`GET /v1/system/compliance`), read from the agent's records when scraped: what
+   * a fleet's dashboard and alerts need, by package manager (apt, dnf). A gauge without a value (none
+   * pending, no reboot required, no apply yet) has no sample rather than a 0 that would mean something.
+   */
+  readCompliance(
+    manager: string,
+    read: () => {
+      security_updates_pending: number;
+      oldest_security_update_age_seconds: number | null;
+      reboot_required_since: string | null;
+      last_successful_apply_at: string | null;
+    },
+  ): void {
+    const gauge = (name: string, help: string, value: (c: ReturnType<typeof read>) => number | null) =>
+      new Gauge({
+        name: `${PREFIX}${name}`,
+        help,
+        labelNames: ["package_manager"] as const,
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          const v = value(read());
+          if (v !== null) this.set({ package_manager: manager }, v);
+        },
+      });
+    const unix = (iso: string | null) => (iso === null ? null : Date.parse(iso) / 1000);
+    gauge(
+      "security_updates_pending",
+      "Packages with a security update not installed, as of the last check and the applies since.",
+      (c) => c.security_updates_pending,
+    );
+    gauge(
+      "oldest_pending_security_update_age_seconds",
+      "Since the agent first saw the oldest pending security update offered; absent when none is pending.",
+      (c) => c.oldest_security_update_age_seconds,
+    );
+    gauge(
+      "reboot_required_since_timestamp_seconds",
+      "Since when (Unix time, the first check that found it) a reboot is required; absent when none is.",
+      (c) => unix(c.reboot_required_since),
+    );
+    gauge(
+      "last_successful_apply_timestamp_seconds",
+      "When the last apply that succeeded finished (Unix time); absent when none has.",
+      (c) => unix(c.last_successful_apply_at),
+    );
+  }
+
   /** The text a Prometheus scrape gets. */
   exposition(): Promise<string> {
     return this.registry.metrics();

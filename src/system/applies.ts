@@ -109,6 +109,7 @@ export class ApplyStore {
   private readonly insertStmt;
   private readonly byIdStmt;
   private readonly latestStmt;
+  private readonly lastSucceededStmt;
   private readonly statesStmt;
   private readonly addStateStmt;
   private readonly releaseClaimStmt;
@@ -129,6 +130,9 @@ export class ApplyStore {
     this.releaseClaimStmt = db.prepare("DELETE FROM system_schedule_slots WHERE slot_start = ?");
     this.byIdStmt = db.prepare("SELECT * FROM system_applies WHERE id = ?");
     this.latestStmt = db.prepare("SELECT * FROM system_applies ORDER BY id DESC LIMIT ?");
+    this.lastSucceededStmt = db.prepare(
+      "SELECT MAX(finished_at) AS at FROM system_applies WHERE outcome = 'succeeded'",
+    );
     this.statesStmt = db.prepare("SELECT state, at FROM system_apply_states WHERE apply_id = ? ORDER BY seq");
     this.addStateStmt = db.prepare(
       `INSERT INTO system_apply_states (apply_id, seq, state, at)
@@ -258,6 +262,11 @@ export class ApplyStore {
       duration_ms: row.duration_ms,
       links: { status: applyPath(row.id) },
     };
+  }
+
+  /** When the last apply that succeeded finished; null when none has. */
+  lastSucceededAt(): string | null {
+    return (this.lastSucceededStmt.get() as { at: string | null }).at;
   }
 
   /** The latest `limit` applies, newest first, as the apply history shows them. */

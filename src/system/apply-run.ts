@@ -7,6 +7,7 @@ import {
   type Progress,
   type StoredResult,
 } from "./applies.js";
+import type { CandidateStore } from "./candidates.js";
 import { ApplyFailedError, isSystemError } from "./errors.js";
 import type { PackageLock } from "./mutex.js";
 import type { ApplyProgress, PackageManager } from "./packages/package-manager.js";
@@ -21,6 +22,8 @@ export interface ApplyRunOptions {
   lock: PackageLock;
   reboots: Reboots;
   restarts: Pick<RestartFinder, "find">;
+  /** The candidates' first sightings: what an apply installed is no longer pending. */
+  candidates: Pick<CandidateStore, "installed">;
   /** The clock of the applies' times and of their windows' ends. */
   now: () => number;
   log: Logger;
@@ -74,6 +77,7 @@ export class ApplyRun {
     const row = this.o.store.get(id);
     try {
       const installed = await this.o.lock.run(() => this.install(row));
+      this.o.candidates.installed(installed.upgraded);
       const { result, note } =
         window === undefined ? { result: installed, note: {} } : this.rebootInWindow(row, installed, window);
       return {

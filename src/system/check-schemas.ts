@@ -96,6 +96,11 @@ export const PackageUpdateSchema = Type.Object(
       description:
         "What the update fixes. dnf: the updateinfo advisories of its newer versions. apt: one per changelog entry between the installed and the new version, read from the new version's package as downloaded from the configured repositories; empty when it could not be read in time.",
     }),
+    first_seen_at: Type.String({
+      format: "date-time",
+      description:
+        "When the agent's checks first offered `new_version` (kept across restarts; a version no longer offered is forgotten).",
+    }),
   },
   { additionalProperties: false, $id: "PackageUpdate", title: "PackageUpdate" },
 );

@@ -8,6 +8,8 @@ export interface LastCheck {
   security_updates: number;
   regular_updates: number;
   reboot_required: boolean;
+  /** The first check that found the reboot required, while it still is; null when it is not. */
+  reboot_required_since?: string | null;
 }
 
 type LastCheckRow = Omit<LastCheck, "reboot_required"> & { reboot_required: number };
@@ -19,19 +21,26 @@ export class LastCheckStore {
 
   constructor(db: Db) {
     this.recordStmt = db.prepare(
-      `INSERT OR REPLACE INTO system_last_check (id, checked_at, package_manager, security_updates, regular_updates, reboot_required)
-       VALUES (1, ?, ?, ?, ?, ?)`,
+      `INSERT OR REPLACE INTO system_last_check
+         (id, checked_at, package_manager, security_updates, regular_updates, reboot_required, reboot_required_since)
+       VALUES (1, ?, ?, ?, ?, ?, ?)`,
     );
     this.readStmt = db.prepare("SELECT * FROM system_last_check WHERE id = 1");
   }
 
+  /** Records a check; the reboot is required since the first check that found it so, in a row. */
   record(c: LastCheck): void {
+    const before = this.read();
+    const since = c.reboot_required
+      ? ((before?.reboot_required ? before.reboot_required_since : null) ?? c.checked_at)
+      : null;
     this.recordStmt.run(
       c.checked_at,
       c.package_manager,
       c.security_updates,
       c.regular_updates,
       c.reboot_required ? 1 : 0,
+      since,
     );
   }
 
@@ -46,6 +55,7 @@ export class LastCheckStore {
           security_updates: row.security_updates,
           regular_updates: row.regular_updates,
           reboot_required: row.reboot_required === 1,
+          reboot_required_since: row.reboot_required_since ?? null,
         };
   }
 }

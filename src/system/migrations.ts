@@ -1,4 +1,5 @@
 import type { Migration } from "../store/db.js";
+import { candidateMigrations } from "./candidates.js";
 
 /** The system area's tables, in the order they were added (a name once applied never changes). */
 export const systemMigrations: Migration[] = [
@@ -112,4 +113,6 @@ export const systemMigrations: Migration[] = [
         SELECT slot_start, state, reason, recorded_at FROM system_schedule_runs WHERE apply_id IS NULL;
       DROP TABLE system_schedule_runs;`,
   },
+  // When each candidate version was first seen, and since when a reboot is required (candidates.ts).
+  ...candidateMigrations,
 ];

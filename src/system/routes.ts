@@ -13,6 +13,7 @@ import {
   ApplyUpdatesRequestSchema,
 } from "./apply-schemas.js";
 import { DownloadResultSchema, DownloadUpdatesRequestSchema, SystemStatusSchema } from "./check-schemas.js";
+import { ComplianceSchema } from "./compliance.js";
 import { ApplyHistoryQuerySchema, ApplyHistorySchema } from "./history-schemas.js";
 import { ScheduleRequestSchema, ScheduleSchema } from "./schedule/schemas.js";
 import { type ScheduleService, scheduleIssues } from "./schedule/service.js";
@@ -109,6 +110,15 @@ const listApplyHistory = {
   },
 };
 
+const getCompliance = {
+  tags: ["system"],
+  operationId: "getCompliance",
+  summary: "The host's patch state at a glance",
+  description:
+    "Security updates pending and the age of the oldest (since the agent first saw it offered), CVEs pending and the oldest's age, the last successful apply, and whether a reboot is required and since when: from the agent's records, as of its last check and the applies since. The same figures are on `/metrics` (docs/system-updates.md, Compliance).",
+  response: { 200: jsonContent(RefTo(ComplianceSchema), "The host's patch state.") },
+};
+
 const scheduleWindows =
   'Each window opens on its `days` at its local `start` in `timezone` and stays open `duration_minutes`; each opening is a slot, in which the agent applies at most once (an ordinary apply with `trigger: "schedule"`, in the apply history, taking the same lock, its events sent to `callback_url`).';
 
@@ -194,6 +204,8 @@ export function registerSystemRoutes(
   app.get("/v1/system/apply-history", { schema: listApplyHistory }, async (request) => ({
     applies: service.history(request.query.limit ?? 50),
   }));
+
+  app.get("/v1/system/compliance", { schema: getCompliance }, async () => service.compliance());
 
   app.get("/v1/system/schedule", { schema: getSchedule }, async () => schedule.get());
 

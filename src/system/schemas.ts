@@ -15,6 +15,7 @@ import {
   ServiceToRestartSchema,
   SystemStatusSchema,
 } from "./check-schemas.js";
+import { ComplianceSchema } from "./compliance.js";
 import { ApplyHistorySchema, ApplyRecordSchema, type RequesterSchema } from "./history-schemas.js";
 import {
   ScheduleRequestSchema,
@@ -47,6 +48,7 @@ export const systemSharedSchemas = [
   ScheduleRequestSchema,
   ScheduleRunSchema,
   ScheduleSchema,
+  ComplianceSchema,
 ];
 
 export type ApplyState = (typeof APPLY_STATES)[number];

@@ -5,6 +5,8 @@ import { type Metrics, type PackageOperationOutcome, secondsSince } from "../met
 import type { Db } from "../store/db.js";
 import { ApplyStore, type ApplyTrigger } from "./applies.js";
 import { ApplyRun, type RebootWindow } from "./apply-run.js";
+import { CandidateStore } from "./candidates.js";
+import { type Compliance, complianceOf } from "./compliance.js";
 import { DiskGuard } from "./disk-guard.js";
 import { ApplyFailedError, PackageManagerBusyError } from "./errors.js";
 import { type LastCheck, LastCheckStore } from "./last-check.js";
@@ -70,6 +72,7 @@ export class SystemService {
   private readonly lock: PackageLock;
   private readonly store: ApplyStore;
   private readonly lastChecks: LastCheckStore;
+  private readonly candidates: CandidateStore;
   private readonly reboots: Reboots;
   private readonly runs: ApplyRun;
   private readonly guard: DiskGuard;
@@ -79,6 +82,7 @@ export class SystemService {
     this.lock = new PackageLock(o.lockTimeoutMs);
     this.store = new ApplyStore(o.db, o.outbox, o.now);
     this.lastChecks = new LastCheckStore(o.db);
+    this.candidates = new CandidateStore(o.db);
     this.reboots = new Reboots({
       db: o.db,
       store: this.store,
@@ -96,6 +100,7 @@ export class SystemService {
       lock: this.lock,
       reboots: this.reboots,
       restarts: o.restarts,
+      candidates: this.candidates,
       now: o.now,
       log: o.log,
     });
@@ -126,11 +131,13 @@ export class SystemService {
   }
 
   private async checkNow(): Promise<SystemStatus> {
-    const updates = await this.o.manager.check();
+    const found = await this.o.manager.check();
     const rebootRequired = await this.o.manager.rebootRequired();
     const services = await this.servicesToRestart();
-    const security = updates.filter((u) => u.security).length;
+    const security = found.filter((u) => u.security).length;
     const checkedAt = new Date().toISOString();
+    const firstSeen = this.candidates.seen(found, checkedAt);
+    const updates = found.map((u) => ({ ...u, first_seen_at: firstSeen({ ...u, version: u.new_version }) }));
     const severityCounts = Object.fromEntries(SEVERITIES.map((s) => [s, 0])) as Record<Severity, number>;
     for (const u of updates) severityCounts[highestSeverity(u.advisories)]++;
     this.lastChecks.record({
@@ -160,6 +167,16 @@ export class SystemService {
       this.o.log.warn({ err }, "the services to restart could not be listed");
       return null;
     });
+  }
+
+  /** The host's patch state: pending security updates and CVEs and their age, the last apply, the reboot. */
+  compliance(): Compliance {
+    return complianceOf(
+      this.lastChecks.read(),
+      this.candidates.all(),
+      this.store.lastSucceededAt(),
+      this.o.now(),
+    );
   }
 
   /** The last check that succeeded, across restarts of the agent; null before the first. */

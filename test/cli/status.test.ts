@@ -22,7 +22,15 @@ describe("status", () => {
     const r = await runCli(["status"], agent.env);
     assert.equal(r.code, 0, r.stderr);
     const s = lines(r.stdout);
-    assert.deepEqual(Object.keys(s), ["agent", "caddy", "outbox", "updates", "operator", "versions"]);
+    assert.deepEqual(Object.keys(s), [
+      "agent",
+      "caddy",
+      "outbox",
+      "updates",
+      "patches",
+      "operator",
+      "versions",
+    ]);
     assert.match(
       s.agent ?? "",
       new RegExp(`^running at 127\\.0\\.0\\.1:${agent.port}, up (\\d+[dhms] ?)+, ready$`),
@@ -30,6 +38,7 @@ describe("status", () => {
     assert.equal(s.caddy, "external, running, 0 routes");
     assert.equal(s.outbox, "0 pending, 0 dead");
     assert.match(s.updates ?? "", /^(apt|dnf|none)( \S+)?, never checked$/);
+    assert.equal(s.patches, "never checked");
     assert.equal(s.operator, "none installed");
     assert.equal(s.versions, `hostkeeper ${packageVersion()}, node ${process.version}`);
   });

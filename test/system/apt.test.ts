@@ -152,6 +152,8 @@ test("check-updates counts and classifies updates by origin, with the security v
     held: false,
     held_reason: null,
     advisories: [],
+    // Seen first by this check.
+    first_seen_at: body.checked_at,
   });
   assert.deepEqual(
     Object.fromEntries(Object.values(u).map((p) => [p.name, [p.security, p.security_version, p.held]])),

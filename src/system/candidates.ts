@@ -1,0 +1,139 @@
+import type { Db, Migration } from "../store/db.js";
+import type { PackageUpdate } from "./packages/package-manager.js";
+
+export const candidateMigrations: Migration[] = [
+  {
+    name: "system.006_candidates",
+    sql: `
+      CREATE TABLE system_candidates (
+        name TEXT NOT NULL,
+        arch TEXT NOT NULL,
+        version TEXT NOT NULL,
+        role TEXT NOT NULL,
+        cves TEXT NOT NULL,
+        first_seen_at TEXT NOT NULL,
+        PRIMARY KEY (name, arch, version)
+      );
+      ALTER TABLE system_last_check ADD COLUMN reboot_required_since TEXT;
+    `,
+  },
+];
+
+/**
+ * What a candidate version is to its package: the newest (`new`, what a full apply installs), the one a
+ * security apply installs (`security`), or both at once.
+ */
+type Role = "new" | "security" | "both";
+
+/** A candidate version as the compliance view reads it. */
+export interface Candidate {
+  name: string;
+  arch: string;
+  security: boolean;
+  cves: string[];
+  firstSeenAt: string;
+}
+
+const key = (name: string, arch: string, version: string) => `${name}\u0000${arch}\u0000${version}`;
+
+/**
+ * The candidate versions of a check, each with its role and the CVEs its advisories name (a regular update
+ * may fix one too); a package's security version first.
+ */
+function candidatesOf(u: PackageUpdate): { version: string; role: Role; cves: string[] }[] {
+  const security = u.security ? (u.security_version ?? u.new_version) : null;
+  const cves = [...new Set(u.advisories.filter((a) => a.type === "security").flatMap((a) => a.cves))].sort();
+  if (security === null) return [{ version: u.new_version, role: "new", cves }];
+  if (security === u.new_version) return [{ version: security, role: "both", cves }];
+  return [
+    { version: security, role: "security", cves },
+    { version: u.new_version, role: "new", cves },
+  ];
+}
+
+/**
+ * When the agent first saw each candidate version of each package (kept across restarts): recorded at every
+ * check, pruned of the versions a check no longer offers and of those an apply installed.
+ */
+export class CandidateStore {
+  constructor(private readonly db: Db) {}
+
+  /**
+   * Records the candidates of a check seen at `at` (ISO time): new ones get `at`, known ones keep their
+   * first sighting, those no longer offered are forgotten. Returns when each was first seen, by
+   * name, arch and version.
+   */
+  seen(
+    updates: readonly PackageUpdate[],
+    at: string,
+  ): (u: { name: string; arch: string; version: string }) => string {
+    const insert = this.db.prepare(
+      `INSERT INTO system_candidates (name, arch, version, role, cves, first_seen_at) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (name, arch, version) DO UPDATE SET role = excluded.role, cves = excluded.cves`,
+    );
+    const rows = this.db.transaction(() => {
+      const offered = new Set<string>();
+      for (const u of updates)
+        for (const c of candidatesOf(u)) {
+          offered.add(key(u.name, u.arch, c.version));
+          insert.run(u.name, u.arch, c.version, c.role, JSON.stringify(c.cves), at);
+        }
+      const all = this.db
+        .prepare("SELECT name, arch, version, first_seen_at FROM system_candidates")
+        .all() as {
+        name: string;
+        arch: string;
+        version: string;
+        first_seen_at: string;
+      }[];
+      const del = this.db.prepare(
+        "DELETE FROM system_candidates WHERE name = ? AND arch = ? AND version = ?",
+      );
+      for (const r of all)
+        if (!offered.has(key(r.name, r.arch, r.version))) del.run(r.name, r.arch, r.version);
+      return all;
+    })();
+    const first = new Map(rows.map((r) => [key(r.name, r.arch, r.version), r.first_seen_at]));
+    return (u) => first.get(key(u.name, u.arch, u.version)) ?? at;
+  }
+
+  /**
+   * Forgets what an apply installed: the version it installed, and every candidate of a package whose
+   * newest version it installed (which supersedes its security version).
+   */
+  installed(upgraded: readonly { name: string; arch?: string; to: string }[]): void {
+    const find = this.db.prepare("SELECT arch, role FROM system_candidates WHERE name = ? AND version = ?");
+    const delVersion = this.db.prepare(
+      "DELETE FROM system_candidates WHERE name = ? AND arch = ? AND version = ?",
+    );
+    const delPackage = this.db.prepare("DELETE FROM system_candidates WHERE name = ? AND arch = ?");
+    this.db.transaction(() => {
+      for (const u of upgraded)
+        for (const row of find.all(u.name, u.to) as { arch: string; role: Role }[]) {
+          if (u.arch !== undefined && u.arch !== row.arch) continue;
+          if (row.role === "security") delVersion.run(u.name, row.arch, u.to);
+          else delPackage.run(u.name, row.arch);
+        }
+    })();
+  }
+
+  /** Every candidate known, as of the last check and the applies since. */
+  all(): Candidate[] {
+    const rows = this.db
+      .prepare("SELECT name, arch, role, cves, first_seen_at FROM system_candidates")
+      .all() as {
+      name: string;
+      arch: string;
+      role: Role;
+      cves: string;
+      first_seen_at: string;
+    }[];
+    return rows.map((r) => ({
+      name: r.name,
+      arch: r.arch,
+      security: r.role !== "new",
+      cves: JSON.parse(r.cves) as string[],
+      firstSeenAt: r.first_seen_at,
+    }));
+  }
+}
