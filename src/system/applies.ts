@@ -27,6 +27,8 @@ export interface ApplyRow {
   reboot_at: string | null;
   updated_at: string | null;
   trigger: ApplyTrigger;
+  /** The package name patterns the apply keeps out, as JSON; null for none. */
+  exclude: string | null;
   /** The maintenance window's slot a scheduled apply ran for (its start, UTC): the apply is the slot's run. */
   slot_start: string | null;
   /** 1 when the window left out the reboot its policy asked for (it would have come after the window's end). */
@@ -122,9 +124,9 @@ export class ApplyStore {
   ) {
     this.insertStmt = db.prepare(
       `INSERT INTO system_applies (request_id, requested_by, update_type, auto_reboot, package_manager, started_at,
-         outcome, state, callback_url, updated_at, trigger, slot_start)
+         outcome, state, callback_url, updated_at, trigger, slot_start, exclude)
        VALUES (@request_id, @requested_by, @update_type, @auto_reboot, @package_manager, @at, 'running', 'queued',
-         @callback_url, @at, @trigger, @slot_start)`,
+         @callback_url, @at, @trigger, @slot_start, @exclude)`,
     );
     // A slot's claim, written before its apply, gives way to the apply: from then on the apply is its run.
     this.releaseClaimStmt = db.prepare("DELETE FROM system_schedule_slots WHERE slot_start = ?");
@@ -150,13 +152,20 @@ export class ApplyStore {
     callback_url: string | null;
     trigger: ApplyTrigger;
     slot_start?: string;
+    exclude: readonly string[];
   }): number {
     let id = 0;
     const at = this.isoNow();
     const slot_start = a.slot_start ?? null;
     this.db.transaction(() => {
       id = Number(
-        this.insertStmt.run({ ...a, at, slot_start, auto_reboot: a.auto_reboot ? 1 : 0 }).lastInsertRowid,
+        this.insertStmt.run({
+          ...a,
+          at,
+          slot_start,
+          auto_reboot: a.auto_reboot ? 1 : 0,
+          exclude: a.exclude.length === 0 ? null : JSON.stringify(a.exclude),
+        }).lastInsertRowid,
       );
       if (slot_start !== null) this.releaseClaimStmt.run(slot_start);
       this.recordState(id, "queued", at);

@@ -10,7 +10,7 @@ import {
 import type { CandidateStore } from "./candidates.js";
 import { ApplyFailedError, isSystemError } from "./errors.js";
 import type { PackageLock } from "./mutex.js";
-import type { ApplyProgress, PackageManager } from "./packages/package-manager.js";
+import type { ApplyProgress, PackageManager, PackageUpdate } from "./packages/package-manager.js";
 import type { Reboots } from "./restarts/reboot.js";
 import type { ServiceToRestart } from "./restarts/restart-scan.js";
 import type { RestartFinder } from "./restarts/services-restart.js";
@@ -132,10 +132,12 @@ export class ApplyRun {
       this.o.store.update(id, { recovery });
       this.o.log.warn({ apply_id: id, recovery }, `apply ${id}: ${recovery.detail}`);
     }
-    const changes = await this.o.manager.apply(row.update_type, {
-      planned: (updates) => this.o.store.update(id, { planned: updates }),
-      progress: (p) => this.onProgress(id, p),
-    });
+    const exclude = row.exclude === null ? [] : (JSON.parse(row.exclude) as string[]);
+    const listener = {
+      planned: (updates: PackageUpdate[]) => this.o.store.update(id, { planned: updates }),
+      progress: (p: ApplyProgress) => this.onProgress(id, p),
+    };
+    const changes = await this.o.manager.apply(row.update_type, listener, exclude);
     const rebootRequired = await this.o.manager.rebootRequired();
     // The packages are installed by now: a failure to list services must not turn the apply into a failure.
     const services = await this.o.restarts.find().catch((err: unknown) => {

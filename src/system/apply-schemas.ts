@@ -1,6 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { RefTo, StringEnum } from "../util/typebox.js";
 import { HeldReason, PackageManagerName, Pkg, servicesRestart } from "./check-schemas.js";
+import { EXCLUDE_PATTERN, MAX_EXCLUDES } from "./packages/exclude.js";
 
 /* The schemas of apply-updates and of an apply's status: its states, what it changed, its reboot. */
 
@@ -22,6 +23,13 @@ export const ApplyUpdatesRequestSchema = Type.Object(
         maxLength: 2048,
         description:
           "Optional. Receives a signed `system_update` event (the apply's status) at each state change, in order, through the durable outbox; absolute http(s), no credentials.",
+      }),
+    ),
+    exclude: Type.Optional(
+      Type.Array(Type.String({ pattern: EXCLUDE_PATTERN }), {
+        maxItems: MAX_EXCLUDES,
+        description:
+          "Package name patterns (shell globs: `*`, `?`, `[...]`) kept out of the apply, on top of the holds: such an update is not installed and shows in the result's `held_back` with reason `excluded`.",
       }),
     ),
   },

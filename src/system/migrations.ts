@@ -115,4 +115,9 @@ export const systemMigrations: Migration[] = [
   },
   // When each candidate version was first seen, and since when a reboot is required (candidates.ts).
   ...candidateMigrations,
+  {
+    // The package name patterns an apply keeps out (packages/exclude.ts).
+    name: "system.007_apply_exclude",
+    sql: "ALTER TABLE system_applies ADD COLUMN exclude TEXT;",
+  },
 ];

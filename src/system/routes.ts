@@ -168,7 +168,13 @@ export function registerSystemRoutes(
   app.post("/v1/system/check-updates", { schema: checkUpdates }, async () => service.check());
 
   app.post("/v1/system/apply-updates", { schema: applyUpdates }, async (request, reply) => {
-    const { update_type: type, auto_reboot: autoReboot = false, callback_url: callback } = request.body;
+    const {
+      update_type: type,
+      auto_reboot: autoReboot = false,
+      callback_url: callback,
+      exclude,
+    } = request.body;
+    const origin = { exclude: exclude ?? [] };
     const callbackError = callbackUrlError(callback, deny);
     if (callbackError) throw validationFailed([callbackError]);
     const who = {
@@ -177,8 +183,8 @@ export function registerSystemRoutes(
       request_id: request.id,
     };
     const prefs = parsePrefer(request.headers.prefer);
-    if (!prefs.has("respond-async")) return service.apply(type, autoReboot, who, callback);
-    const { status, done } = await service.startApply(type, autoReboot, who, callback);
+    if (!prefs.has("respond-async")) return service.apply(type, autoReboot, who, callback, origin);
+    const { status, done } = await service.startApply(type, autoReboot, who, callback, origin);
     const wait = preferredWaitSeconds(prefs);
     const applied = ["respond-async"];
     if (wait !== undefined && wait > 0) {

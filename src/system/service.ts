@@ -62,6 +62,8 @@ export interface ApplyOrigin {
   trigger?: ApplyTrigger;
   slotStart?: string;
   rebootWindow?: RebootWindow;
+  /** Package name patterns the request keeps out of the apply (packages/exclude.ts). */
+  exclude?: readonly string[];
 }
 
 /**
@@ -212,9 +214,10 @@ export class SystemService {
     autoReboot: boolean,
     who: Requester,
     callbackUrl?: string,
+    origin: ApplyOrigin = {},
   ): Promise<ApplyResult> {
     await this.guard.check("apply", type);
-    const id = this.create(type, autoReboot, who, callbackUrl, {});
+    const id = this.create(type, autoReboot, who, callbackUrl, origin);
     return this.measured("apply", () => this.runs.run(id));
   }
 
@@ -316,6 +319,7 @@ export class SystemService {
       package_manager: this.o.manager.name,
       callback_url: callbackUrl ?? null,
       trigger: origin.trigger ?? "api",
+      exclude: origin.exclude ?? [],
       ...(origin.slotStart === undefined ? {} : { slot_start: origin.slotStart }),
     });
   }

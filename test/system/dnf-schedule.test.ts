@@ -24,7 +24,7 @@ const RPMS: RpmSpec[] = [
 const MINUTE = 60_000;
 const iso = (ms: number) => new Date(ms).toISOString();
 
-test("dnf: a window opening a moment from now on the agent's clock applies its security update once, as a scheduled apply with signed callbacks", async (t) => {
+test("dnf: a window opening a moment from now on the agent's clock applies its updates once but those its exclude keeps out, as a scheduled apply with signed callbacks", async (t) => {
   const repo = await buildRpmRepo(t, RPMS, [
     { id: "HK-SA-2024:0001", type: "security", packages: [{ name: "labsec", version: "1.1" }] },
   ]);
@@ -67,12 +67,14 @@ test("dnf: a window opening a moment from now on the agent's clock applies its s
         },
       ],
       timezone: "UTC",
-      update_type: "security",
+      update_type: "full",
       reboot: "if_required",
       callback_url: receiver.url,
+      exclude: ["labr*"],
     },
   });
   assert.equal(put.statusCode, 200, put.body);
+  assert.deepEqual(put.json().exclude, ["labr*"]);
   assert.equal(put.json().next_run_at, iso(opens));
 
   const s = await waitFor(
@@ -95,7 +97,11 @@ test("dnf: a window opening a moment from now on the agent's clock applies its s
     status.upgraded.map((p: { name: string }) => p.name),
     ["labsec"],
   );
-  assert.equal((await root.installed()).labreg, "1.0-1", "a security apply");
+  assert.equal((await root.installed()).labreg, "1.0-1", "kept out by the schedule's exclude");
+  assert.deepEqual(
+    status.held_back.map((p: { name: string; reason: string }) => [p.name, p.reason]),
+    [["labreg", "excluded"]],
+  );
 
   await receiver.waitFor(4, 15_000);
   assert.deepEqual(

@@ -55,6 +55,7 @@ describe("the schedule's endpoints", () => {
       download_ahead_minutes: 0,
       random_delay_minutes: 0,
       callback_url: null,
+      exclude: [],
       next_run_at: iso(opens),
       runs: [],
     });

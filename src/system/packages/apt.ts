@@ -135,8 +135,8 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     return updates;
   }
 
-  apply(type: UpdateType, listener?: ApplyListener): Promise<ApplyChanges> {
-    return applyUpdates(this, type, listener);
+  apply(type: UpdateType, listener?: ApplyListener, exclude?: readonly string[]): Promise<ApplyChanges> {
+    return applyUpdates(this, type, listener, exclude);
   }
 
   download(type: UpdateType): Promise<DownloadResult> {
@@ -152,12 +152,11 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     return finishInterruptedDpkg(this.apt);
   }
 
-  /** The pins and the action of an upgrade of `type`. */
-  private upgradeOf(type: UpdateType): { pins: string; action: string[] } {
-    // A held package's installed version is pinned above any candidate, so apt keeps it.
-    const hold = this.o.hold.length
-      ? `Package: ${this.o.hold.join(" ")}\nPin: release a=now\nPin-Priority: 1001\n\n`
-      : "";
+  /** The pins and the action of an upgrade of `type`, keeping `exclude` (globs) as held ones. */
+  private upgradeOf(type: UpdateType, exclude: readonly string[] = []): { pins: string; action: string[] } {
+    // A held package's installed version is pinned above any candidate, so apt keeps it; so is an excluded one.
+    const kept = [...this.o.hold, ...exclude];
+    const hold = kept.length ? `Package: ${kept.join(" ")}\nPin: release a=now\nPin-Priority: 1001\n\n` : "";
     // Phasing, holds and kept-back packages are apt's own decisions: nothing here overrides them.
     // Security updates never remove a package (upgrade --with-new-pkgs); a full upgrade is dist-upgrade.
     return {
@@ -188,9 +187,9 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
 
   async upgrade(
     type: UpdateType,
-    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void } = {},
+    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void; exclude?: readonly string[] } = {},
   ): Promise<void> {
-    const plan = this.upgradeOf(type);
+    const plan = this.upgradeOf(type, o.exclude);
     const pins = plan.pins;
     const action = [...plan.action, ...(o.downloadOnly ? ["--download-only"] : [])];
     await this.apt.withPreferences(pins, (prefs) =>

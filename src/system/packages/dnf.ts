@@ -158,8 +158,8 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
     return parseVersionLocks(r.stdout);
   }
 
-  apply(type: UpdateType, listener?: ApplyListener): Promise<ApplyChanges> {
-    return applyUpdates(this, type, listener);
+  apply(type: UpdateType, listener?: ApplyListener, exclude?: readonly string[]): Promise<ApplyChanges> {
+    return applyUpdates(this, type, listener, exclude);
   }
 
   download(type: UpdateType): Promise<DownloadResult> {
@@ -234,20 +234,23 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
 
   async upgrade(
     type: UpdateType,
-    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void } = {},
+    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void; exclude?: readonly string[] } = {},
   ): Promise<void> {
-    const plan = this.upgradeOf(type);
+    const plan = this.upgradeOf(type, o.exclude);
     const action = [...plan.action, ...(o.downloadOnly ? ["--downloadonly"] : [])];
     const onLine = o.progress ? dnfProgress(o.progress) : undefined;
     await this.run(`dnf ${action.join(" ")}`, ["-y", ...plan.options, ...action], onLine);
   }
 
-  /** The options and the action of an upgrade of `type`. */
-  private upgradeOf(type: UpdateType): { options: string[]; action: string[] } {
+  /** The options and the action of an upgrade of `type`, `exclude` (globs) kept out as held ones are. */
+  private upgradeOf(
+    type: UpdateType,
+    exclude: readonly string[] = [],
+  ): { options: string[]; action: string[] } {
     // --nobest: a package whose newest version cannot be installed (e.g. it needs a held one) is kept
     // back, as apt does, instead of failing the whole transaction.
     return {
-      options: ["--nobest", ...this.o.hold.flatMap((name) => ["--exclude", name])],
+      options: ["--nobest", ...[...this.o.hold, ...exclude].flatMap((name) => ["--exclude", name])],
       action: type === "security" ? ["upgrade-minimal", "--security"] : ["upgrade"],
     };
   }

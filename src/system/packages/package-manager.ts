@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import type { Dirent } from "../../util/node-builtins.js";
 import { fs } from "../../util/node-builtins.js";
+import { excludedBy } from "./exclude.js";
 
 const { readdirSync, statSync } = fs;
 
@@ -25,9 +26,10 @@ export interface Advisory {
 /**
  * Why an apply would not install an update. `hold`: HOSTKEEPER_HOLD_PACKAGES, `apt-mark hold` or dnf
  * versionlock; `phased`: apt defers an Ubuntu phased update on this machine; `kept_back`: the package
- * manager keeps it back (it needs a removal, or its dependencies cannot be met).
+ * manager keeps it back (it needs a removal, or its dependencies cannot be met); `excluded`: the apply's
+ * `exclude` named it (in an apply's `held_back` only).
  */
-export type HeldReason = "hold" | "phased" | "kept_back";
+export type HeldReason = "hold" | "phased" | "kept_back" | "excluded";
 
 /** The highest severity of a list of advisories; `unknown` when none has a known severity. */
 export function highestSeverity(advisories: readonly Advisory[]): Severity {
@@ -141,8 +143,11 @@ export interface PackageManager {
   readonly name: PackageManagerName;
   /** Refreshes the package lists (errors are errors), then lists the available updates. */
   check(): Promise<PackageUpdate[]>;
-  /** Refreshes and installs the updates of `type`, never a held package; says what changed. */
-  apply(type: UpdateType, listener?: ApplyListener): Promise<ApplyChanges>;
+  /**
+   * Refreshes and installs the updates of `type`, never a held package nor one `exclude` (glob patterns,
+   * exclude.ts) names; says what changed.
+   */
+  apply(type: UpdateType, listener?: ApplyListener, exclude?: readonly string[]): Promise<ApplyChanges>;
   /** Refreshes and downloads what `apply(type)` would install into the manager's cache; installs nothing. */
   download(type: UpdateType): Promise<DownloadResult>;
   /**
@@ -166,10 +171,10 @@ export interface UpgradeSteps {
   check(): Promise<PackageUpdate[]>;
   /** Every installed package, keyed by `packageKey`. */
   installed(): Promise<Map<string, InstalledPackage>>;
-  /** Runs the upgrade of `type`, excluding held packages; only downloads with `downloadOnly`. */
+  /** Runs the upgrade of `type`, excluding held packages and `exclude`; only downloads with `downloadOnly`. */
   upgrade(
     type: UpdateType,
-    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void },
+    o: { downloadOnly?: boolean; progress?: (p: ApplyProgress) => void; exclude?: readonly string[] },
   ): Promise<void>;
   /** The package files in the manager's download cache: path -> size in bytes. */
   cachedFiles(): Promise<Map<string, number>>;
@@ -185,12 +190,14 @@ export async function applyUpdates(
   steps: UpgradeSteps,
   type: UpdateType,
   listener: ApplyListener = {},
+  exclude: readonly string[] = [],
 ): Promise<ApplyChanges> {
+  const kept = excludedBy(exclude);
   const planned = (await steps.check()).filter((u) => type === "full" || u.security);
   listener.planned?.(planned);
   const before = await steps.installed();
-  const anyToInstall = planned.some((u) => !u.held);
-  if (anyToInstall) await steps.upgrade(type, { progress: listener.progress });
+  const anyToInstall = planned.some((u) => !u.held && !kept(u.name));
+  if (anyToInstall) await steps.upgrade(type, { progress: listener.progress, exclude });
   const after = anyToInstall ? await steps.installed() : before;
 
   const changes: ApplyChanges = { upgraded: [], installed: [], removed: [], held_back: [] };
@@ -203,13 +210,13 @@ export async function applyUpdates(
   for (const [key, was] of before) if (!after.has(key)) changes.removed.push(was);
   for (const u of planned) {
     const now = after.get(packageKey(u));
-    if (!u.held && now?.version !== u.current_version) continue;
+    if (!u.held && !kept(u.name) && now?.version !== u.current_version) continue;
     changes.held_back.push({
       name: u.name,
       arch: u.arch,
       current_version: u.current_version,
       available_version: type === "security" && u.security_version ? u.security_version : u.new_version,
-      reason: u.held ? "hold" : (u.held_reason ?? "kept_back"),
+      reason: u.held ? "hold" : kept(u.name) ? "excluded" : (u.held_reason ?? "kept_back"),
     });
   }
   return changes;

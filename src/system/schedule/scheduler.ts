@@ -175,6 +175,7 @@ export class Scheduler {
         {
           trigger: "schedule",
           slotStart,
+          exclude: s.exclude ?? [],
           // The window's end, on the clock the apply times its reboot with.
           ...(s.reboot === "never" ? {} : { rebootWindow: { always: s.reboot === "always", by: slot.end } }),
         },

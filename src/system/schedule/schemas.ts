@@ -1,5 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { RefTo, StringEnum } from "../../util/typebox.js";
+import { EXCLUDE_PATTERN, MAX_EXCLUDES } from "../packages/exclude.js";
 import { WEEKDAYS } from "./windows.js";
 
 /* The schemas of the maintenance schedule: the windows the agent applies updates in, and its runs. */
@@ -43,6 +44,9 @@ const scheduleFields = {
   }),
 };
 
+const Exclude = (description: string) =>
+  Type.Array(Type.String({ pattern: EXCLUDE_PATTERN }), { maxItems: MAX_EXCLUDES, description });
+
 export const ScheduleRequestSchema = Type.Object(
   {
     ...scheduleFields,
@@ -63,6 +67,11 @@ export const ScheduleRequestSchema = Type.Object(
         description:
           "Optional. Receives the signed `system_update` events of every scheduled apply, as apply-updates' `callback_url`.",
       }),
+    ),
+    exclude: Type.Optional(
+      Exclude(
+        "Default none. Package name patterns (shell globs) every scheduled apply keeps out, as apply-updates' `exclude`.",
+      ),
     ),
   },
   { additionalProperties: false, $id: "ScheduleRequest", title: "ScheduleRequest" },
@@ -98,6 +107,7 @@ export const ScheduleSchema = Type.Object(
     download_ahead_minutes: Minutes("Minutes before a window opens that its updates are downloaded."),
     random_delay_minutes: Minutes("The longest random delay of an apply after its window opens."),
     callback_url: Type.Union([Type.String(), Type.Null()]),
+    exclude: Exclude("The package name patterns every scheduled apply keeps out."),
     next_run_at: Type.String({
       format: "date-time",
       description:

@@ -83,6 +83,7 @@ export class ScheduleService {
       download_ahead_minutes: body.download_ahead_minutes ?? 0,
       random_delay_minutes: body.random_delay_minutes ?? 0,
       callback_url: body.callback_url ?? null,
+      exclude: body.exclude ?? [],
     };
     this.store.write(schedule, this.o.now());
     this.o.log.info(

@@ -85,7 +85,7 @@ export class ScheduleStore {
       | undefined;
     if (row === undefined) return undefined;
     return {
-      schedule: JSON.parse(row.schedule) as StoredSchedule["schedule"],
+      schedule: withDefaults(JSON.parse(row.schedule) as Partial<StoredSchedule["schedule"]>),
       setAt: Date.parse(row.set_at),
     };
   }
@@ -182,3 +182,7 @@ export class ScheduleStore {
     );
   }
 }
+
+/** A schedule as stored, with the defaults of fields added since it was set: `exclude` keeps nothing out. */
+const withDefaults = (s: Partial<StoredSchedule["schedule"]>): StoredSchedule["schedule"] =>
+  ({ ...s, exclude: s.exclude ?? [] }) as StoredSchedule["schedule"];
