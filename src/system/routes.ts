@@ -116,7 +116,7 @@ const getCompliance = {
   summary: "The host's patch state at a glance",
   description:
     "Security updates pending and the age of the oldest (since the agent first saw it offered), CVEs pending and the oldest's age, the last successful apply, and whether a reboot is required and since when: from the agent's records, as of its last check and the applies since. The same figures are on `/metrics` (docs/system-updates.md, Compliance).",
-  response: { 200: jsonContent(RefTo(ComplianceSchema), "The host's patch state.") },
+  response: { 200: jsonContent(RefTo(ComplianceSchema), "The host's patch state."), ...problemResponses() },
 };
 
 const scheduleWindows =
