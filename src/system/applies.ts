@@ -1,5 +1,6 @@
 import type { Outbox } from "../events/outbox.js";
 import type { Db } from "../store/db.js";
+import type { MinAge } from "./candidates.js";
 import { ApplyNotFoundError } from "./errors.js";
 import type { ApplyChanges, ApplyProgress, PackageUpdate, Recovery } from "./packages/package-manager.js";
 import type { ServiceToRestart } from "./restarts/restart-scan.js";
@@ -29,6 +30,8 @@ export interface ApplyRow {
   trigger: ApplyTrigger;
   /** The package name patterns the apply keeps out, as JSON; null for none. */
   exclude: string | null;
+  /** The minimum ages of the versions it installs (`MinAge`), as JSON; null for none. */
+  min_age: string | null;
   /** The maintenance window's slot a scheduled apply ran for (its start, UTC): the apply is the slot's run. */
   slot_start: string | null;
   /** 1 when the window left out the reboot its policy asked for (it would have come after the window's end). */
@@ -124,9 +127,9 @@ export class ApplyStore {
   ) {
     this.insertStmt = db.prepare(
       `INSERT INTO system_applies (request_id, requested_by, update_type, auto_reboot, package_manager, started_at,
-         outcome, state, callback_url, updated_at, trigger, slot_start, exclude)
+         outcome, state, callback_url, updated_at, trigger, slot_start, exclude, min_age)
        VALUES (@request_id, @requested_by, @update_type, @auto_reboot, @package_manager, @at, 'running', 'queued',
-         @callback_url, @at, @trigger, @slot_start, @exclude)`,
+         @callback_url, @at, @trigger, @slot_start, @exclude, @min_age)`,
     );
     // A slot's claim, written before its apply, gives way to the apply: from then on the apply is its run.
     this.releaseClaimStmt = db.prepare("DELETE FROM system_schedule_slots WHERE slot_start = ?");
@@ -153,6 +156,7 @@ export class ApplyStore {
     trigger: ApplyTrigger;
     slot_start?: string;
     exclude: readonly string[];
+    min_age: MinAge | null;
   }): number {
     let id = 0;
     const at = this.isoNow();
@@ -165,6 +169,10 @@ export class ApplyStore {
           slot_start,
           auto_reboot: a.auto_reboot ? 1 : 0,
           exclude: a.exclude.length === 0 ? null : JSON.stringify(a.exclude),
+          min_age:
+            a.min_age === null || (a.min_age.regularDays === 0 && a.min_age.securityDays === 0)
+              ? null
+              : JSON.stringify(a.min_age),
         }).lastInsertRowid,
       );
       if (slot_start !== null) this.releaseClaimStmt.run(slot_start);

@@ -7,10 +7,15 @@ import {
   type Progress,
   type StoredResult,
 } from "./applies.js";
-import type { CandidateStore } from "./candidates.js";
+import type { CandidateStore, MinAge } from "./candidates.js";
 import { ApplyFailedError, isSystemError } from "./errors.js";
 import type { PackageLock } from "./mutex.js";
-import type { ApplyProgress, PackageManager, PackageUpdate } from "./packages/package-manager.js";
+import type {
+  ApplyListener,
+  ApplyProgress,
+  PackageManager,
+  PackageUpdate,
+} from "./packages/package-manager.js";
 import type { Reboots } from "./restarts/reboot.js";
 import type { ServiceToRestart } from "./restarts/restart-scan.js";
 import type { RestartFinder } from "./restarts/services-restart.js";
@@ -23,7 +28,7 @@ export interface ApplyRunOptions {
   reboots: Reboots;
   restarts: Pick<RestartFinder, "find">;
   /** The candidates' first sightings: what an apply installed is no longer pending. */
-  candidates: Pick<CandidateStore, "installed">;
+  candidates: Pick<CandidateStore, "installed" | "firstSeen">;
   /** The clock of the applies' times and of their windows' ends. */
   now: () => number;
   log: Logger;
@@ -123,6 +128,21 @@ export class ApplyRun {
     this.closed = true;
   }
 
+  /**
+   * When `version` of `u` reaches its minimum age, if that is still to come: counted from when a check first
+   * offered it (a version no check has seen yet is taken as seen now), the security minimum for the
+   * version a security update installs, the regular one otherwise.
+   */
+  private eligibleAt(u: PackageUpdate, version: string, min: MinAge): string | undefined {
+    const security = u.security && version === (u.security_version ?? u.new_version);
+    const days = security ? min.securityDays : min.regularDays;
+    if (days <= 0) return undefined;
+    const now = this.o.now();
+    const seen = this.o.candidates.firstSeen(u.name, u.arch, version);
+    const at = (seen === undefined ? now : Date.parse(seen)) + days * 86_400_000;
+    return at > now ? new Date(at).toISOString() : undefined;
+  }
+
   private async install(row: ApplyRow): Promise<Installed> {
     const id = row.id;
     this.o.store.transition(id, "downloading");
@@ -133,9 +153,11 @@ export class ApplyRun {
       this.o.log.warn({ apply_id: id, recovery }, `apply ${id}: ${recovery.detail}`);
     }
     const exclude = row.exclude === null ? [] : (JSON.parse(row.exclude) as string[]);
-    const listener = {
-      planned: (updates: PackageUpdate[]) => this.o.store.update(id, { planned: updates }),
-      progress: (p: ApplyProgress) => this.onProgress(id, p),
+    const minAge = row.min_age === null ? undefined : (JSON.parse(row.min_age) as MinAge);
+    const listener: ApplyListener = {
+      planned: (updates) => this.o.store.update(id, { planned: updates }),
+      progress: (p) => this.onProgress(id, p),
+      ...(minAge ? { eligibleAt: (u, version) => this.eligibleAt(u, version, minAge) } : {}),
     };
     const changes = await this.o.manager.apply(row.update_type, listener, exclude);
     const rebootRequired = await this.o.manager.rebootRequired();

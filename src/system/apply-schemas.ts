@@ -25,6 +25,21 @@ export const ApplyUpdatesRequestSchema = Type.Object(
           "Optional. Receives a signed `system_update` event (the apply's status) at each state change, in order, through the durable outbox; absolute http(s), no credentials.",
       }),
     ),
+    min_age_days: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 365,
+        description:
+          "Default 0. A regular update's version must have been offered this many days (since the agent's checks first saw it, `first_seen_at`) to be installed; a younger one waits, in `held_back` with reason `deferred` and `eligible_at`. What needs it waits with it.",
+      }),
+    ),
+    security_min_age_days: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 365,
+        description: "Default 0. The same for a security update's version.",
+      }),
+    ),
     exclude: Type.Optional(
       Type.Array(Type.String({ pattern: EXCLUDE_PATTERN }), {
         maxItems: MAX_EXCLUDES,
@@ -124,6 +139,12 @@ export const Changes = {
         current_version: Type.String(),
         available_version: Type.String({ description: "The version this apply would have installed." }),
         reason: HeldReason,
+        eligible_at: Type.Optional(
+          Type.String({
+            format: "date-time",
+            description: "For `deferred`: when that version reaches the apply's minimum age.",
+          }),
+        ),
       },
       { additionalProperties: false },
     ),

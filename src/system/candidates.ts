@@ -25,6 +25,12 @@ export const candidateMigrations: Migration[] = [
  */
 type Role = "new" | "security" | "both";
 
+/** How many days a version must have been offered before an apply installs it (0: no minimum). */
+export interface MinAge {
+  regularDays: number;
+  securityDays: number;
+}
+
 /** A candidate version as the compliance view reads it. */
 export interface Candidate {
   name: string;
@@ -115,6 +121,14 @@ export class CandidateStore {
           else delPackage.run(u.name, row.arch);
         }
     })();
+  }
+
+  /** When a check first offered `version` of the package; undefined when none has. */
+  firstSeen(name: string, arch: string, version: string): string | undefined {
+    const row = this.db
+      .prepare("SELECT first_seen_at FROM system_candidates WHERE name = ? AND arch = ? AND version = ?")
+      .get(name, arch, version) as { first_seen_at: string } | undefined;
+    return row?.first_seen_at;
   }
 
   /** Every candidate known, as of the last check and the applies since. */

@@ -120,4 +120,9 @@ export const systemMigrations: Migration[] = [
     name: "system.007_apply_exclude",
     sql: "ALTER TABLE system_applies ADD COLUMN exclude TEXT;",
   },
+  {
+    // The minimum ages of the versions an apply installs (candidates.ts `MinAge`).
+    name: "system.008_apply_min_age",
+    sql: "ALTER TABLE system_applies ADD COLUMN min_age TEXT;",
+  },
 ];

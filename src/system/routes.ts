@@ -168,13 +168,13 @@ export function registerSystemRoutes(
   app.post("/v1/system/check-updates", { schema: checkUpdates }, async () => service.check());
 
   app.post("/v1/system/apply-updates", { schema: applyUpdates }, async (request, reply) => {
+    const { update_type: type, auto_reboot: autoReboot = false, callback_url: callback } = request.body;
     const {
-      update_type: type,
-      auto_reboot: autoReboot = false,
-      callback_url: callback,
-      exclude,
+      exclude = [],
+      min_age_days: regularDays = 0,
+      security_min_age_days: securityDays = 0,
     } = request.body;
-    const origin = { exclude: exclude ?? [] };
+    const origin = { exclude, minAge: { regularDays, securityDays } };
     const callbackError = callbackUrlError(callback, deny);
     if (callbackError) throw validationFailed([callbackError]);
     const who = {

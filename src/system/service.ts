@@ -5,7 +5,7 @@ import { type Metrics, type PackageOperationOutcome, secondsSince } from "../met
 import type { Db } from "../store/db.js";
 import { ApplyStore, type ApplyTrigger } from "./applies.js";
 import { ApplyRun, type RebootWindow } from "./apply-run.js";
-import { CandidateStore } from "./candidates.js";
+import { CandidateStore, type MinAge } from "./candidates.js";
 import { type Compliance, complianceOf } from "./compliance.js";
 import { DiskGuard } from "./disk-guard.js";
 import { ApplyFailedError, PackageManagerBusyError } from "./errors.js";
@@ -64,6 +64,8 @@ export interface ApplyOrigin {
   rebootWindow?: RebootWindow;
   /** Package name patterns the request keeps out of the apply (packages/exclude.ts). */
   exclude?: readonly string[];
+  /** How many days a version must have been offered to be installed (0: no minimum). */
+  minAge?: MinAge;
 }
 
 /**
@@ -320,6 +322,7 @@ export class SystemService {
       callback_url: callbackUrl ?? null,
       trigger: origin.trigger ?? "api",
       exclude: origin.exclude ?? [],
+      min_age: origin.minAge ?? null,
       ...(origin.slotStart === undefined ? {} : { slot_start: origin.slotStart }),
     });
   }

@@ -56,6 +56,8 @@ describe("the schedule's endpoints", () => {
       random_delay_minutes: 0,
       callback_url: null,
       exclude: [],
+      min_age_days: 0,
+      security_min_age_days: 0,
       next_run_at: iso(opens),
       runs: [],
     });

@@ -27,9 +27,9 @@ export interface Advisory {
  * Why an apply would not install an update. `hold`: HOSTKEEPER_HOLD_PACKAGES, `apt-mark hold` or dnf
  * versionlock; `phased`: apt defers an Ubuntu phased update on this machine; `kept_back`: the package
  * manager keeps it back (it needs a removal, or its dependencies cannot be met); `excluded`: the apply's
- * `exclude` named it (in an apply's `held_back` only).
+ * `exclude` named it; `deferred`: younger than the apply's minimum age (both in an apply's `held_back` only).
  */
-export type HeldReason = "hold" | "phased" | "kept_back" | "excluded";
+export type HeldReason = "hold" | "phased" | "kept_back" | "excluded" | "deferred";
 
 /** The highest severity of a list of advisories; `unknown` when none has a known severity. */
 export function highestSeverity(advisories: readonly Advisory[]): Severity {
@@ -73,6 +73,8 @@ export interface HeldBack {
   available_version: string;
   /** See `HeldReason`; an update the check expected to be installed but was not is `kept_back`. */
   reason: HeldReason;
+  /** For `deferred`: when the version reaches its minimum age. */
+  eligible_at?: string;
 }
 
 /** What one apply changed, from the installed packages before and after. */
@@ -98,6 +100,11 @@ export interface ApplyProgress {
 export interface ApplyListener {
   planned?(updates: PackageUpdate[]): void;
   progress?(p: ApplyProgress): void;
+  /**
+   * When the version `u` would be installed at (`version`) reaches the apply's minimum age, if that is
+   * still to come (ISO time): the update waits, kept out as an excluded one; undefined when it may go.
+   */
+  eligibleAt?(u: PackageUpdate, version: string): string | undefined;
 }
 
 /** One file a download put into the package manager's cache. */
@@ -192,12 +199,22 @@ export async function applyUpdates(
   listener: ApplyListener = {},
   exclude: readonly string[] = [],
 ): Promise<ApplyChanges> {
-  const kept = excludedBy(exclude);
+  const excluded = excludedBy(exclude);
   const planned = (await steps.check()).filter((u) => type === "full" || u.security);
+  const versionOf = (u: PackageUpdate) =>
+    type === "security" && u.security_version ? u.security_version : u.new_version;
+  // Too young for the apply's minimum age: kept out by name, as an exclusion is.
+  const waiting = new Map<string, string>();
+  for (const u of planned) {
+    const at = u.held || excluded(u.name) ? undefined : listener.eligibleAt?.(u, versionOf(u));
+    if (at !== undefined) waiting.set(u.name, at);
+  }
+  const kept = (name: string) => excluded(name) || waiting.has(name);
   listener.planned?.(planned);
   const before = await steps.installed();
   const anyToInstall = planned.some((u) => !u.held && !kept(u.name));
-  if (anyToInstall) await steps.upgrade(type, { progress: listener.progress, exclude });
+  const keptOut = [...exclude, ...waiting.keys()];
+  if (anyToInstall) await steps.upgrade(type, { progress: listener.progress, exclude: keptOut });
   const after = anyToInstall ? await steps.installed() : before;
 
   const changes: ApplyChanges = { upgraded: [], installed: [], removed: [], held_back: [] };
@@ -211,12 +228,20 @@ export async function applyUpdates(
   for (const u of planned) {
     const now = after.get(packageKey(u));
     if (!u.held && !kept(u.name) && now?.version !== u.current_version) continue;
+    const eligible = u.held || excluded(u.name) ? undefined : waiting.get(u.name);
     changes.held_back.push({
       name: u.name,
       arch: u.arch,
       current_version: u.current_version,
-      available_version: type === "security" && u.security_version ? u.security_version : u.new_version,
-      reason: u.held ? "hold" : kept(u.name) ? "excluded" : (u.held_reason ?? "kept_back"),
+      available_version: versionOf(u),
+      reason: u.held
+        ? "hold"
+        : excluded(u.name)
+          ? "excluded"
+          : eligible
+            ? "deferred"
+            : (u.held_reason ?? "kept_back"),
+      ...(eligible ? { eligible_at: eligible } : {}),
     });
   }
   return changes;

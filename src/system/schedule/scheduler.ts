@@ -176,6 +176,7 @@ export class Scheduler {
           trigger: "schedule",
           slotStart,
           exclude: s.exclude ?? [],
+          minAge: { regularDays: s.min_age_days ?? 0, securityDays: s.security_min_age_days ?? 0 },
           // The window's end, on the clock the apply times its reboot with.
           ...(s.reboot === "never" ? {} : { rebootWindow: { always: s.reboot === "always", by: slot.end } }),
         },

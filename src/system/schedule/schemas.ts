@@ -44,6 +44,8 @@ const scheduleFields = {
   }),
 };
 
+const Days = (description: string) => Type.Integer({ minimum: 0, maximum: 365, description });
+
 const Exclude = (description: string) =>
   Type.Array(Type.String({ pattern: EXCLUDE_PATTERN }), { maxItems: MAX_EXCLUDES, description });
 
@@ -67,6 +69,12 @@ export const ScheduleRequestSchema = Type.Object(
         description:
           "Optional. Receives the signed `system_update` events of every scheduled apply, as apply-updates' `callback_url`.",
       }),
+    ),
+    min_age_days: Type.Optional(
+      Days("Default 0. As apply-updates' `min_age_days`, for every scheduled apply."),
+    ),
+    security_min_age_days: Type.Optional(
+      Days("Default 0. As apply-updates' `security_min_age_days`, for every scheduled apply."),
     ),
     exclude: Type.Optional(
       Exclude(
@@ -107,6 +115,8 @@ export const ScheduleSchema = Type.Object(
     download_ahead_minutes: Minutes("Minutes before a window opens that its updates are downloaded."),
     random_delay_minutes: Minutes("The longest random delay of an apply after its window opens."),
     callback_url: Type.Union([Type.String(), Type.Null()]),
+    min_age_days: Days("The minimum age of a regular update's version, in days."),
+    security_min_age_days: Days("The minimum age of a security update's version, in days."),
     exclude: Exclude("The package name patterns every scheduled apply keeps out."),
     next_run_at: Type.String({
       format: "date-time",

@@ -84,6 +84,8 @@ export class ScheduleService {
       random_delay_minutes: body.random_delay_minutes ?? 0,
       callback_url: body.callback_url ?? null,
       exclude: body.exclude ?? [],
+      min_age_days: body.min_age_days ?? 0,
+      security_min_age_days: body.security_min_age_days ?? 0,
     };
     this.store.write(schedule, this.o.now());
     this.o.log.info(

@@ -183,6 +183,11 @@ export class ScheduleStore {
   }
 }
 
-/** A schedule as stored, with the defaults of fields added since it was set: `exclude` keeps nothing out. */
+/** A schedule as stored, with the defaults of fields added since it was set: nothing kept out, no minimum age. */
 const withDefaults = (s: Partial<StoredSchedule["schedule"]>): StoredSchedule["schedule"] =>
-  ({ ...s, exclude: s.exclude ?? [] }) as StoredSchedule["schedule"];
+  ({
+    ...s,
+    exclude: s.exclude ?? [],
+    min_age_days: s.min_age_days ?? 0,
+    security_min_age_days: s.security_min_age_days ?? 0,
+  }) as StoredSchedule["schedule"];
