@@ -291,3 +291,12 @@ export function debianArch(): string {
   };
   return map[process.arch] ?? process.arch;
 }
+
+/** The agent's settings for an apt sandbox: apt there, no Caddy of its own needed, no restart scan. */
+export const aptAgentEnv = (s: AptSandbox): Record<string, string> => ({
+  HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
+  HOSTKEEPER_PACKAGE_MANAGER: "apt",
+  HOSTKEEPER_APT_CONFIG: s.aptConfig,
+  HOSTKEEPER_REBOOT_REQUIRED_FILE: s.rebootRequiredFile,
+  HOSTKEEPER_NEEDRESTART: "none",
+});

@@ -171,3 +171,11 @@ export async function createDnfRoot(t: After, repo: string, install: readonly st
   if (install.length > 0) await sandbox.dnf(["-y", "install", ...install]);
   return sandbox;
 }
+
+/** The agent's settings for a dnf install root: dnf there, no Caddy of its own needed, no restart scan. */
+export const dnfAgentEnv = (root: DnfRoot): Record<string, string> => ({
+  HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
+  HOSTKEEPER_PACKAGE_MANAGER: "dnf",
+  HOSTKEEPER_DNF_INSTALLROOT: root.root,
+  HOSTKEEPER_SERVICES_RESTART_COMMAND: "none",
+});

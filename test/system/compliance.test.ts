@@ -7,6 +7,8 @@ import { metricSample } from "../../support/prometheus.js";
 import { buildTestApp } from "../helpers/app.js";
 import {
   type AptRepo,
+  type AptSandbox,
+  aptAgentEnv,
   buildAptRepo,
   changelogEntry,
   createAptSandbox,
@@ -55,16 +57,10 @@ before(async () => {
 });
 test.after(() => rmSync(repo.dir, { recursive: true, force: true }));
 
-async function agent(t: TestContext, env: Record<string, string>, dataDir: string) {
+async function agent(t: TestContext, sandbox: AptSandbox, dataDir: string) {
   const app = await buildTestApp(
     t,
-    {
-      HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-      HOSTKEEPER_PACKAGE_MANAGER: "apt",
-      HOSTKEEPER_NEEDRESTART: "none",
-      HOSTKEEPER_REBOOT_COMMAND: "true",
-      ...env,
-    },
+    { ...aptAgentEnv(sandbox), HOSTKEEPER_REBOOT_COMMAND: "true" },
     { dataDir },
   );
   const compliance = async () => (await app.call({ method: "GET", url: "/v1/system/compliance" })).json();
@@ -82,11 +78,7 @@ test("compliance: pending security updates and CVEs with their age, first sighti
   const sandbox = await createAptSandbox(t, repo, { install: ["cmpsec=1.0", "cmpreg=1.0"] });
   const dataDir = mkdtempSync(join(tmpdir(), "hk-compliance-"));
   t.after(() => rmSync(dataDir, { recursive: true, force: true }));
-  const env = {
-    HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
-    HOSTKEEPER_REBOOT_REQUIRED_FILE: sandbox.rebootRequiredFile,
-  };
-  const a = await agent(t, env, dataDir);
+  const a = await agent(t, sandbox, dataDir);
   assert.deepEqual(await a.compliance(), {
     checked_at: null,
     security_updates_pending: 0,
@@ -113,7 +105,7 @@ test("compliance: pending security updates and CVEs with their age, first sighti
 
   // Another agent on the same data: a later check keeps the first sightings.
   await new Promise((r) => setTimeout(r, 1100));
-  const b = await agent(t, env, dataDir);
+  const b = await agent(t, sandbox, dataDir);
   const two = await b.check();
   assert.notEqual(two.checked_at, one.checked_at);
   assert.deepEqual(Object.fromEntries(two.updates.map((u) => [u.name, u.first_seen_at])), seen);

@@ -5,12 +5,13 @@ import { excludedBy } from "../../src/system/packages/exclude.js";
 import { buildTestApp } from "../helpers/app.js";
 import {
   type AptRepo,
+  aptAgentEnv,
   buildAptRepo,
   createAptSandbox,
   type DebSpec,
   debianArch,
 } from "../helpers/apt-sandbox.js";
-import { buildRpmRepo, createDnfRoot, type RpmSpec } from "../helpers/dnf-sandbox.js";
+import { buildRpmRepo, createDnfRoot, dnfAgentEnv, type RpmSpec } from "../helpers/dnf-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 
 // Taken first: the host's package state, compared by the last test.
@@ -71,13 +72,7 @@ test.after(() => rmSync(repo.dir, { recursive: true, force: true }));
 
 async function aptApply(t: TestContext, exclude: string[]) {
   const sandbox = await createAptSandbox(t, repo, { install: ["exone=1.0", "extwo-dev=1.0", "exthree=1.0"] });
-  const { call } = await buildTestApp(t, {
-    HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-    HOSTKEEPER_PACKAGE_MANAGER: "apt",
-    HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
-    HOSTKEEPER_REBOOT_REQUIRED_FILE: sandbox.rebootRequiredFile,
-    HOSTKEEPER_NEEDRESTART: "none",
-  });
+  const { call } = await buildTestApp(t, aptAgentEnv(sandbox));
   const r = await call({
     method: "POST",
     url: "/v1/system/apply-updates",
@@ -110,12 +105,7 @@ test("dnf: an apply keeps out the packages its exclude names, and says so in hel
   ];
   const rpmRepo = await buildRpmRepo(t, rpms, []);
   const root = await createDnfRoot(t, rpmRepo, ["hk-release", "exone-1.0", "extwo-dev-1.0"]);
-  const { call } = await buildTestApp(t, {
-    HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-    HOSTKEEPER_PACKAGE_MANAGER: "dnf",
-    HOSTKEEPER_DNF_INSTALLROOT: root.root,
-    HOSTKEEPER_SERVICES_RESTART_COMMAND: "none",
-  });
+  const { call } = await buildTestApp(t, dnfAgentEnv(root));
   const r = await call({
     method: "POST",
     url: "/v1/system/apply-updates",

@@ -5,12 +5,13 @@ import { before, test } from "node:test";
 import { buildTestApp } from "../helpers/app.js";
 import {
   type AptRepo,
+  aptAgentEnv,
   buildAptRepo,
   createAptSandbox,
   type DebSpec,
   debianArch,
 } from "../helpers/apt-sandbox.js";
-import { buildRpmRepo, createDnfRoot, type RpmSpec } from "../helpers/dnf-sandbox.js";
+import { buildRpmRepo, createDnfRoot, dnfAgentEnv, type RpmSpec } from "../helpers/dnf-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 
 // Taken first: the host's package state, compared at the end.
@@ -53,17 +54,7 @@ type Applied = {
 test("minimum age: a version offered today waits while an older security fix applies, and an eligible update that needs it waits with it", async (t) => {
   const sandbox = await createAptSandbox(t, first, { install: ["agea=1.0", "ageb=1.0", "agec=1.0"] });
   let offset = 0;
-  const { call } = await buildTestApp(
-    t,
-    {
-      HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-      HOSTKEEPER_PACKAGE_MANAGER: "apt",
-      HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
-      HOSTKEEPER_REBOOT_REQUIRED_FILE: sandbox.rebootRequiredFile,
-      HOSTKEEPER_NEEDRESTART: "none",
-    },
-    { now: () => Date.now() + offset },
-  );
+  const { call } = await buildTestApp(t, aptAgentEnv(sandbox), { now: () => Date.now() + offset });
   const check = async () => {
     const r = await call({ method: "POST", url: "/v1/system/check-updates" });
     assert.equal(r.statusCode, 200, r.body);
@@ -137,16 +128,7 @@ test("dnf: the same, an eligible security update waiting with the regular one it
   );
   const root = await createDnfRoot(t, firstRepo, ["hk-release", "agea-1.0", "ageb-1.0", "agec-1.0"]);
   let offset = 0;
-  const { call } = await buildTestApp(
-    t,
-    {
-      HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-      HOSTKEEPER_PACKAGE_MANAGER: "dnf",
-      HOSTKEEPER_DNF_INSTALLROOT: root.root,
-      HOSTKEEPER_SERVICES_RESTART_COMMAND: "none",
-    },
-    { now: () => Date.now() + offset },
-  );
+  const { call } = await buildTestApp(t, dnfAgentEnv(root), { now: () => Date.now() + offset });
   const check = async () =>
     (await call({ method: "POST", url: "/v1/system/check-updates" })).json() as Checked;
   await check();
