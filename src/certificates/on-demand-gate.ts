@@ -1,9 +1,9 @@
 import type { Logger } from "pino";
 import type { RoutesStore } from "../caddy/routes/caddy-routes.js";
-import type { RouteJson } from "../caddy/routes/plan.js";
+import { type RouteJson, routeShadows } from "../caddy/routes/plan.js";
 import type { OnDemandHosts } from "./on-demand-store.js";
 
-/** Why the gate answered as it did: the answer's log line and metric label. */
+/** Why the gate answered as it did: the answer's body and its log line's `verdict`. */
 export type OnDemandVerdict =
   | "exact_route"
   | "allowed_before"
@@ -30,12 +30,11 @@ const RATE_WINDOW_MS = 60_000;
 const NAME =
   /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.[a-z0-9-]*[a-z-][a-z0-9-]*$/;
 
-/** Whether wildcard host `pattern` (`*.x.y`) takes `host`: as many labels, the first any one label. */
-function wildcardTakes(pattern: string, host: string): boolean {
-  const p = pattern.toLowerCase().split(".");
-  const h = host.split(".");
-  return p.length === h.length && p.every((label, i) => label === "*" || label === h[i]);
-}
+/** Whether a route has a wildcard host and takes requests for `host` (Caddy's matcher: one label per `*`). */
+const wildcardServes = (r: RouteJson | undefined, host: string): boolean =>
+  r !== undefined &&
+  (r.match ?? []).some((m) => (m.host ?? []).some((p) => p.includes("*"))) &&
+  routeShadows(r, host);
 
 /**
  * Whether Caddy may get a certificate for a host at its first TLS handshake (on-demand issuance): yes for a
@@ -83,11 +82,7 @@ export class OnDemandGate {
       return "routes_unreadable";
     }
     if (exact) return "exact_route";
-    const route = wide
-      .map((i) => routes[i])
-      .find((r) =>
-        (r?.match ?? []).some((m) => (m.host ?? []).some((p) => p.includes("*") && wildcardTakes(p, host))),
-      );
+    const route = wide.map((i) => routes[i]).find((r) => wildcardServes(r, host));
     const id = route?.["@id"];
     if (typeof id !== "string") return "no_route";
     const { hosts, limits } = this.o;
