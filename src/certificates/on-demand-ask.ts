@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { randomBytes, timingSafeEqual } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
 import { http, type IncomingMessage, type Server, type ServerResponse } from "../util/node-builtins.js";
@@ -14,7 +14,7 @@ import type { OnDemandGate } from "./on-demand-gate.js";
 export class OnDemandAsk {
   private readonly server: Server;
   private readonly path = `/on-demand/${randomBytes(24).toString("hex")}`;
-  private url: string | undefined;
+  private listening: Promise<string> | undefined;
 
   constructor(
     private readonly gate: Pick<OnDemandGate, "decide">,
@@ -26,9 +26,16 @@ export class OnDemandAsk {
     this.server.keepAliveTimeout = 5_000;
   }
 
-  /** Listens on 127.0.0.1 (a free port); resolves with the URL Caddy is given. */
-  async start(): Promise<string> {
-    if (this.url !== undefined) return this.url;
+  /** Listens on 127.0.0.1 (a free port), once; resolves with the URL Caddy is given. */
+  start(): Promise<string> {
+    this.listening ??= this.listen().catch((err: unknown) => {
+      this.listening = undefined;
+      throw err;
+    });
+    return this.listening;
+  }
+
+  private async listen(): Promise<string> {
     await new Promise<void>((resolve, reject) => {
       this.server.once("error", reject);
       this.server.listen(0, "127.0.0.1", () => {
@@ -37,8 +44,7 @@ export class OnDemandAsk {
       });
     });
     const { port } = this.server.address() as AddressInfo;
-    this.url = `http://127.0.0.1:${port}${this.path}`;
-    return this.url;
+    return `http://127.0.0.1:${port}${this.path}`;
   }
 
   close(): Promise<void> {
@@ -49,7 +55,7 @@ export class OnDemandAsk {
   private async answer(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? "/", "http://127.0.0.1");
     const domain = url.searchParams.get("domain");
-    if (req.method !== "GET" || url.pathname !== this.path || domain === null) {
+    if (req.method !== "GET" || !sameSecret(url.pathname, this.path) || domain === null) {
       res.writeHead(404).end();
       return;
     }
@@ -61,4 +67,11 @@ export class OnDemandAsk {
       res.writeHead(500).end();
     }
   }
+}
+
+/** Whether a path is the secret one, compared in constant time. */
+function sameSecret(path: string, secret: string): boolean {
+  const a = Buffer.from(path);
+  const b = Buffer.from(secret);
+  return a.length === b.length && timingSafeEqual(a, b);
 }
