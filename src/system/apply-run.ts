@@ -7,7 +7,7 @@ import {
   type Progress,
   type StoredResult,
 } from "./applies.js";
-import type { CandidateStore, MinAge } from "./candidates.js";
+import { type CandidateStore, eligibleAt, type MinAge } from "./candidates.js";
 import { ApplyFailedError, isSystemError } from "./errors.js";
 import type { PackageLock } from "./mutex.js";
 import type {
@@ -128,19 +128,9 @@ export class ApplyRun {
     this.closed = true;
   }
 
-  /**
-   * When `version` of `u` reaches its minimum age, if that is still to come: counted from when a check first
-   * offered it (a version no check has seen yet is taken as seen now), the security minimum for the
-   * version a security update installs, the regular one otherwise.
-   */
+  /** When `version` of `u` reaches its minimum age, from when a check first offered it (see `eligibleAt`). */
   private eligibleAt(u: PackageUpdate, version: string, min: MinAge): string | undefined {
-    const security = u.security && version === (u.security_version ?? u.new_version);
-    const days = security ? min.securityDays : min.regularDays;
-    if (days <= 0) return undefined;
-    const now = this.o.now();
-    const seen = this.o.candidates.firstSeen(u.name, u.arch, version);
-    const at = (seen === undefined ? now : Date.parse(seen)) + days * 86_400_000;
-    return at > now ? new Date(at).toISOString() : undefined;
+    return eligibleAt(u, version, this.o.candidates.firstSeen(u.name, u.arch, version), min, this.o.now());
   }
 
   private async install(row: ApplyRow): Promise<Installed> {

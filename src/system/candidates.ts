@@ -31,6 +31,27 @@ export interface MinAge {
   securityDays: number;
 }
 
+const DAY_MS = 86_400_000;
+
+/**
+ * When `version` of `u` reaches its minimum age, if that is still to come (ISO time): counted from
+ * `firstSeen` (a version no check has offered yet counts as seen `now`), the security minimum for the
+ * version a security update installs, the regular one otherwise; undefined when it may go now.
+ */
+export function eligibleAt(
+  u: PackageUpdate,
+  version: string,
+  firstSeen: string | undefined,
+  min: MinAge,
+  now: number,
+): string | undefined {
+  const security = u.security && version === (u.security_version ?? u.new_version);
+  const days = security ? min.securityDays : min.regularDays;
+  if (days <= 0) return undefined;
+  const at = (firstSeen === undefined ? now : Date.parse(firstSeen)) + days * DAY_MS;
+  return at > now ? new Date(at).toISOString() : undefined;
+}
+
 /** A candidate version as the compliance view reads it. */
 export interface Candidate {
   name: string;

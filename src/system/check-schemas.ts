@@ -101,6 +101,13 @@ export const PackageUpdateSchema = Type.Object(
       description:
         "When the agent's checks first offered `new_version` (kept across restarts; a version no longer offered is forgotten).",
     }),
+    eligible_at: Type.Optional(
+      Type.String({
+        format: "date-time",
+        description:
+          "With a check asked for a minimum age (`min_age_days`, `security_min_age_days`): when `new_version` reaches it, for a version still younger; an apply with the same minimum defers it until then.",
+      }),
+    ),
   },
   { additionalProperties: false, $id: "PackageUpdate", title: "PackageUpdate" },
 );
@@ -185,4 +192,17 @@ export const DownloadResultSchema = Type.Object(
     duration_ms: Type.Integer(),
   },
   { additionalProperties: false, $id: "DownloadResult", title: "DownloadResult" },
+);
+
+/** What a check may be asked: the minimum ages an apply would use, so the check says which updates would wait. */
+export const CheckQuerySchema = Type.Object(
+  {
+    min_age_days: Type.Optional(
+      Type.Integer({ minimum: 0, maximum: 365, description: "As apply-updates' `min_age_days`." }),
+    ),
+    security_min_age_days: Type.Optional(
+      Type.Integer({ minimum: 0, maximum: 365, description: "As apply-updates' `security_min_age_days`." }),
+    ),
+  },
+  { additionalProperties: false },
 );

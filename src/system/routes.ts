@@ -12,7 +12,12 @@ import {
   ApplyStatusSchema,
   ApplyUpdatesRequestSchema,
 } from "./apply-schemas.js";
-import { DownloadResultSchema, DownloadUpdatesRequestSchema, SystemStatusSchema } from "./check-schemas.js";
+import {
+  CheckQuerySchema,
+  DownloadResultSchema,
+  DownloadUpdatesRequestSchema,
+  SystemStatusSchema,
+} from "./check-schemas.js";
 import { ComplianceSchema } from "./compliance.js";
 import { ApplyHistoryQuerySchema, ApplyHistorySchema } from "./history-schemas.js";
 import { ScheduleRequestSchema, ScheduleSchema } from "./schedule/schemas.js";
@@ -39,7 +44,8 @@ const checkUpdates = {
   operationId: "checkUpdates",
   summary: "Check for system package updates",
   description:
-    "Refreshes the package lists (a failure to fetch any of them is an error), then reports the available updates and whether a reboot is required. Waits while another apply of this agent or another program holds the package manager, up to `HOSTKEEPER_PACKAGE_LOCK_TIMEOUT_MS`. Request body: none.",
+    "Refreshes the package lists (a failure to fetch any of them is an error), then reports the available updates and whether a reboot is required. Waits while another apply of this agent or another program holds the package manager, up to `HOSTKEEPER_PACKAGE_LOCK_TIMEOUT_MS`. Request body: none. With `min_age_days` or `security_min_age_days` in the query (a schedule's, say), each update an apply with that minimum would defer says when it is `eligible_at`.",
+  querystring: CheckQuerySchema,
   response: {
     200: jsonContent(RefTo(SystemStatusSchema), "The System object, with the details of each update."),
     ...problemResponses("package_manager_busy", "package_manager_failed"),
@@ -165,7 +171,13 @@ export function registerSystemRoutes(
 ): void {
   for (const s of systemSharedSchemas) app.addSchema(s);
 
-  app.post("/v1/system/check-updates", { schema: checkUpdates }, async () => service.check());
+  app.post("/v1/system/check-updates", { schema: checkUpdates }, async (request) => {
+    const { min_age_days: regularDays, security_min_age_days: securityDays } = request.query;
+    const asked = regularDays !== undefined || securityDays !== undefined;
+    return service.check(
+      asked ? { regularDays: regularDays ?? 0, securityDays: securityDays ?? 0 } : undefined,
+    );
+  });
 
   app.post("/v1/system/apply-updates", { schema: applyUpdates }, async (request, reply) => {
     const { update_type: type, auto_reboot: autoReboot = false, callback_url: callback } = request.body;

@@ -5,7 +5,7 @@ import { type Metrics, type PackageOperationOutcome, secondsSince } from "../met
 import type { Db } from "../store/db.js";
 import { ApplyStore, type ApplyTrigger } from "./applies.js";
 import { ApplyRun, type RebootWindow } from "./apply-run.js";
-import { CandidateStore, type MinAge } from "./candidates.js";
+import { CandidateStore, eligibleAt, type MinAge } from "./candidates.js";
 import { type Compliance, complianceOf } from "./compliance.js";
 import { DiskGuard } from "./disk-guard.js";
 import { ApplyFailedError, PackageManagerBusyError } from "./errors.js";
@@ -130,18 +130,24 @@ export class SystemService {
     return this.reboots.bootStatus();
   }
 
-  check(): Promise<SystemStatus> {
-    return this.measured("check", () => this.lock.run(() => this.checkNow()));
+  /** Checks for updates; with `minAge`, each update too young for it says when it is `eligible_at`. */
+  check(minAge?: MinAge): Promise<SystemStatus> {
+    return this.measured("check", () => this.lock.run(() => this.checkNow(minAge)));
   }
 
-  private async checkNow(): Promise<SystemStatus> {
+  private async checkNow(minAge?: MinAge): Promise<SystemStatus> {
     const found = await this.o.manager.check();
     const rebootRequired = await this.o.manager.rebootRequired();
     const services = await this.servicesToRestart();
     const security = found.filter((u) => u.security).length;
     const checkedAt = new Date().toISOString();
     const firstSeen = this.candidates.seen(found, checkedAt);
-    const updates = found.map((u) => ({ ...u, first_seen_at: firstSeen({ ...u, version: u.new_version }) }));
+    const now = this.o.now();
+    const updates = found.map((u) => {
+      const first_seen_at = firstSeen({ ...u, version: u.new_version });
+      const eligible = minAge && eligibleAt(u, u.new_version, first_seen_at, minAge, now);
+      return { ...u, first_seen_at, ...(eligible ? { eligible_at: eligible } : {}) };
+    });
     const severityCounts = Object.fromEntries(SEVERITIES.map((s) => [s, 0])) as Record<Severity, number>;
     for (const u of updates) severityCounts[highestSeverity(u.advisories)]++;
     this.lastChecks.record({

@@ -67,6 +67,18 @@ test("minimum age: a version offered today waits while an older security fix app
   const two = await check();
   const seen = Object.fromEntries(two.updates.map((u) => [u.name, u.first_seen_at]));
   assert.deepEqual(seen, { agea: two.checked_at, ageb: two.checked_at, agec: one.checked_at });
+  // A check asked for the same minimum says which update would wait, and until when.
+  const asked = await call({ method: "POST", url: "/v1/system/check-updates?min_age_days=3" });
+  assert.equal(asked.statusCode, 200, asked.body);
+  const waits = (asked.json() as { updates: { name: string; eligible_at?: string }[] }).updates.map((u) => [
+    u.name,
+    u.eligible_at ?? null,
+  ]);
+  assert.deepEqual(Object.fromEntries(waits), {
+    agea: null,
+    ageb: new Date(Date.parse(two.checked_at) + 3 * DAY).toISOString(),
+    agec: null,
+  });
 
   // Three days on, less a minute (the apply checks again first), from the second check: ageb is not old enough for a regular update's
   // three days; agea, a security update, has no minimum but needs ageb 1.1.
