@@ -1,4 +1,4 @@
-import { canonicalJson } from "../util/canonical-json.js";
+import { sameJson } from "../util/canonical-json.js";
 import {
   ACCESS_LOG_PREFIX,
   ACCESS_LOGGER_NAMESPACE,
@@ -83,7 +83,7 @@ function loggingLogs(current: unknown, want: AccessLogState, mode: AccessLogMode
       if (key.startsWith(ACCESS_LOG_PREFIX) && !want.logs.has(key)) delete next[key];
   for (const [key, log] of want.logs) next[key] = log;
   if (want.logs.size > 0) next.default = withoutAccessEntries(next.default);
-  return canonicalJson(next) === canonicalJson(have) ? current : next;
+  return sameJson(next, have) ? current : next;
 }
 
 /** The managed server's `logs` (undefined: none) mapping the hosts `want` names, in the given mode. */

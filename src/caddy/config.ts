@@ -1,4 +1,4 @@
-import { canonicalJson } from "../util/canonical-json.js";
+import { sameJson } from "../util/canonical-json.js";
 import { retried } from "../util/retry.js";
 import { type CaddyAdmin, CaddyApiError, type CallOptions, caddyErrorText } from "./admin.js";
 
@@ -116,8 +116,6 @@ interface Found {
 const ATTEMPTS = 3;
 
 const lostRace = (err: unknown) => err instanceof CaddyApiError && (err.status === 412 || err.status === 409);
-
-const sameJson = (a: unknown, b: unknown) => canonicalJson(a) === canonicalJson(b);
 
 /** Caddy's text of a read value is `null` (the key is missing), without parsing a large one. */
 const isNull = (text: string) => text.length < 16 && text.trim() === "null";

@@ -10,8 +10,8 @@ import {
   plan,
   type RouteJson,
 } from "../caddy/routes/plan.js";
+import { sameJson } from "../util/canonical-json.js";
 import type { ChangeJournal, RecordedChange } from "./journal.js";
-import { sameRoute } from "./route/streams.js";
 
 /** A queued change and how it is answered (see `RouteWriter.submit`). */
 export interface Pending {
@@ -275,7 +275,7 @@ function changesNothing(p: Plan): boolean {
         op.kind !== "delete" &&
         o?.outcome.kind === "applied" &&
         o.previous !== null &&
-        sameRoute(o.previous, o.outcome.route)
+        sameJson(o.previous, o.outcome.route)
       );
     })
   );

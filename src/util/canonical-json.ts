@@ -11,3 +11,6 @@ export function canonicalJson(value: unknown): string {
       : v,
   );
 }
+
+/** Whether two values are the same JSON but for key order (a route read back from Caddy and the one written). */
+export const sameJson = (a: unknown, b: unknown): boolean => canonicalJson(a) === canonicalJson(b);

@@ -1,5 +1,5 @@
 import type { Readable } from "node:stream";
-import { canonicalJson } from "../../util/canonical-json.js";
+import { sameJson } from "../../util/canonical-json.js";
 import { type CaddyAdmin, CaddyApiError, caddyErrorText, JsonPieces } from "../admin.js";
 import { CaddyConfig } from "../config.js";
 import { CaddyConfigFields, type ConfigField } from "../config-fields.js";
@@ -171,7 +171,7 @@ export class CaddyRoutes implements RoutesStore {
   private async holds(routes: RouteJson[]): Promise<boolean> {
     const now = await this.admin.read(this.routesPath).catch(() => undefined);
     if (now?.status !== 200) return false;
-    return canonicalJson(JSON.parse(now.text)) === canonicalJson(routes);
+    return sameJson(JSON.parse(now.text), routes);
   }
 
   /** The one request that writes plan `p`: a targeted write for a single change, the whole routes array for a batch. */
@@ -213,7 +213,7 @@ export class CaddyRoutes implements RoutesStore {
       await this.admin.write("PATCH", this.routesPath, before.routes);
     }
     const check = await this.read();
-    if (canonicalJson(check.routes) !== canonicalJson(before.routes))
+    if (!sameJson(check.routes, before.routes))
       throw new Error("the routes read back differ from the captured state");
     return check;
   }

@@ -1,4 +1,4 @@
-import { canonicalJson } from "../../util/canonical-json.js";
+import { sameJson } from "../../util/canonical-json.js";
 import type { Plan, RouteJson } from "./plan.js";
 
 /** A route that leads the managed server's routes, as its maker builds it. */
@@ -29,7 +29,7 @@ export function withLead(routes: RouteJson[], lead: LeadingRoute): RouteJson[] {
   const behind = routes.filter((r) => r["@id"] !== lead.id);
   const want = lead.wanted(behind);
   const next = want === undefined ? behind : [want, ...behind];
-  if (next.length === routes.length && (want === undefined || sameLead(routes[0], want))) return routes;
+  if (next.length === routes.length && (want === undefined || sameJson(routes[0], want))) return routes;
   return next;
 }
 
@@ -62,6 +62,3 @@ function touches(p: Plan, lead: LeadingRoute): boolean {
     return end?.previous != null && lead.dependsOn(end.previous);
   });
 }
-
-const sameLead = (a: RouteJson | undefined, b: RouteJson): boolean =>
-  a !== undefined && canonicalJson(a) === canonicalJson(b);

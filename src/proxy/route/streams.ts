@@ -1,6 +1,5 @@
 import { caddyDuration } from "../../caddy/config.js";
 import type { RouteJson } from "../../caddy/routes/plan.js";
-import { canonicalJson } from "../../util/canonical-json.js";
 
 /**
  * The route with `stream_close_delay` set on every `reverse_proxy` handler (those inside subroutes too),
@@ -50,7 +49,3 @@ export function routesHaveDelay(text: string, delayMs: number): boolean {
   if (delayMs === 0) return count('"stream_close_delay"') === 0;
   return count('"handler":"reverse_proxy"') === count(`"stream_close_delay":"${caddyDuration(delayMs)}"`);
 }
-
-/** Whether two routes are the same to Caddy (key order aside). */
-export const sameRoute = (a: RouteJson | null, b: RouteJson | null): boolean =>
-  canonicalJson(a) === canonicalJson(b);

@@ -1,6 +1,6 @@
 import { isAccessLogHandler } from "../../caddy/access-log-json.js";
 import type { RouteJson } from "../../caddy/routes/plan.js";
-import { canonicalJson } from "../../util/canonical-json.js";
+import { sameJson } from "../../util/canonical-json.js";
 import type { HeaderOps, RouteWriteRequest } from "../write-schemas.js";
 import { DECOY_USER, isDecoyRoute } from "./basic-auth.js";
 import { buildRoute } from "./build-route.js";
@@ -27,7 +27,7 @@ export function writtenRequest(route: RouteJson): Written | undefined {
     request = readRoute(bare);
     if (request === undefined) return undefined;
     const rebuilt = buildRoute(request).route;
-    return canonicalJson(rebuilt) === canonicalJson(bare) ? request : undefined;
+    return sameJson(rebuilt, bare) ? request : undefined;
   } catch {
     // A shape the reader does not expect, or a request that does not validate: not the agent's route.
     return undefined;
