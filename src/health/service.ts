@@ -1,7 +1,7 @@
 import { type CaddyAdmin, CaddyApiError, type CallOptions } from "../caddy/admin.js";
 import { CaddyConfig } from "../caddy/config.js";
 import { PerLoad } from "../caddy/last-load.js";
-import { accepts, tcpAddresses } from "../caddy/process/listen-addresses.js";
+import { accepts, type TcpAddress, tcpAddresses } from "../caddy/process/listen-addresses.js";
 import type { CaddyProcessStatus } from "../caddy/process/supervisor.js";
 import type { Outbox } from "../events/outbox.js";
 import type { OperatorService } from "../operator/service.js";
@@ -187,7 +187,7 @@ export class HealthService {
           ? failing(`the managed server ${server} does not exist`)
           : ok(`the managed server ${server} does not exist yet; the first route creates it`),
       };
-    return { caddyAdmin, listeners: await this.checkListeners(listen) };
+    return { caddyAdmin, listeners: await this.checkListeners(tcpAddresses(listen)) };
   }
 
   /** An embedded Caddy its supervisor saw exit is down now: said at once, not bridged by its listeners. */
@@ -207,9 +207,9 @@ export class HealthService {
   private async whileUnanswered(error: string): Promise<{ caddyAdmin: Check; listeners: Check }> {
     const last = this.lastListen;
     if (!last?.listen || Date.now() - last.at > RELOAD_GRACE_MS) return this.unanswered(error);
-    const listeners = await this.checkListeners(last.listen);
-    if (listeners.status !== "ok" || tcpAddresses(last.listen).length === 0)
-      return { caddyAdmin: failing(error), listeners };
+    const addresses = tcpAddresses(last.listen);
+    const listeners = await this.checkListeners(addresses);
+    if (listeners.status !== "ok" || addresses.length === 0) return { caddyAdmin: failing(error), listeners };
     const ago = Math.round((Date.now() - last.at) / 1000);
     return {
       caddyAdmin: ok(
@@ -219,9 +219,8 @@ export class HealthService {
     };
   }
 
-  /** A TCP connect to each listen address of the managed server. */
-  private async checkListeners(listen: readonly string[]): Promise<Check> {
-    const addresses = tcpAddresses(listen);
+  /** A TCP connect to each TCP listen address of the managed server. */
+  private async checkListeners(addresses: readonly TcpAddress[]): Promise<Check> {
     if (addresses.length === 0) return ok("no TCP listen address to check");
     const wildcardHost = this.remoteAdminHost();
     const results = await Promise.all(
