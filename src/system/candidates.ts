@@ -83,7 +83,30 @@ function candidatesOf(u: PackageUpdate): { version: string; role: Role; cves: st
  * check, pruned of the versions a check no longer offers and of those an apply installed.
  */
 export class CandidateStore {
-  constructor(private readonly db: Db) {}
+  private readonly upsert;
+  private readonly everyVersion;
+  private readonly deleteVersion;
+  private readonly deletePackage;
+  private readonly ofVersion;
+  private readonly firstSeenOf;
+  private readonly everyCandidate;
+
+  constructor(private readonly db: Db) {
+    this.upsert = db.prepare(
+      `INSERT INTO system_candidates (name, arch, version, role, cves, first_seen_at) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (name, arch, version) DO UPDATE SET role = excluded.role, cves = excluded.cves`,
+    );
+    this.everyVersion = db.prepare("SELECT name, arch, version, first_seen_at FROM system_candidates");
+    this.deleteVersion = db.prepare(
+      "DELETE FROM system_candidates WHERE name = ? AND arch = ? AND version = ?",
+    );
+    this.deletePackage = db.prepare("DELETE FROM system_candidates WHERE name = ? AND arch = ?");
+    this.ofVersion = db.prepare("SELECT arch, role FROM system_candidates WHERE name = ? AND version = ?");
+    this.firstSeenOf = db.prepare(
+      "SELECT first_seen_at FROM system_candidates WHERE name = ? AND arch = ? AND version = ?",
+    );
+    this.everyCandidate = db.prepare("SELECT name, arch, role, cves, first_seen_at FROM system_candidates");
+  }
 
   /**
    * Records the candidates of a check seen at `at` (ISO time): new ones get `at`, known ones keep their
@@ -94,30 +117,21 @@ export class CandidateStore {
     updates: readonly PackageUpdate[],
     at: string,
   ): (u: { name: string; arch: string; version: string }) => string {
-    const insert = this.db.prepare(
-      `INSERT INTO system_candidates (name, arch, version, role, cves, first_seen_at) VALUES (?, ?, ?, ?, ?, ?)
-       ON CONFLICT (name, arch, version) DO UPDATE SET role = excluded.role, cves = excluded.cves`,
-    );
     const rows = this.db.transaction(() => {
       const offered = new Set<string>();
       for (const u of updates)
         for (const c of candidatesOf(u)) {
           offered.add(key(u.name, u.arch, c.version));
-          insert.run(u.name, u.arch, c.version, c.role, JSON.stringify(c.cves), at);
+          this.upsert.run(u.name, u.arch, c.version, c.role, JSON.stringify(c.cves), at);
         }
-      const all = this.db
-        .prepare("SELECT name, arch, version, first_seen_at FROM system_candidates")
-        .all() as {
+      const all = this.everyVersion.all() as {
         name: string;
         arch: string;
         version: string;
         first_seen_at: string;
       }[];
-      const del = this.db.prepare(
-        "DELETE FROM system_candidates WHERE name = ? AND arch = ? AND version = ?",
-      );
       for (const r of all)
-        if (!offered.has(key(r.name, r.arch, r.version))) del.run(r.name, r.arch, r.version);
+        if (!offered.has(key(r.name, r.arch, r.version))) this.deleteVersion.run(r.name, r.arch, r.version);
       return all;
     })();
     const first = new Map(rows.map((r) => [key(r.name, r.arch, r.version), r.first_seen_at]));
@@ -129,34 +143,25 @@ export class CandidateStore {
    * newest version it installed (which supersedes its security version).
    */
   installed(upgraded: readonly { name: string; arch?: string; to: string }[]): void {
-    const find = this.db.prepare("SELECT arch, role FROM system_candidates WHERE name = ? AND version = ?");
-    const delVersion = this.db.prepare(
-      "DELETE FROM system_candidates WHERE name = ? AND arch = ? AND version = ?",
-    );
-    const delPackage = this.db.prepare("DELETE FROM system_candidates WHERE name = ? AND arch = ?");
     this.db.transaction(() => {
       for (const u of upgraded)
-        for (const row of find.all(u.name, u.to) as { arch: string; role: Role }[]) {
+        for (const row of this.ofVersion.all(u.name, u.to) as { arch: string; role: Role }[]) {
           if (u.arch !== undefined && u.arch !== row.arch) continue;
-          if (row.role === "security") delVersion.run(u.name, row.arch, u.to);
-          else delPackage.run(u.name, row.arch);
+          if (row.role === "security") this.deleteVersion.run(u.name, row.arch, u.to);
+          else this.deletePackage.run(u.name, row.arch);
         }
     })();
   }
 
   /** When a check first offered `version` of the package; undefined when none has. */
   firstSeen(name: string, arch: string, version: string): string | undefined {
-    const row = this.db
-      .prepare("SELECT first_seen_at FROM system_candidates WHERE name = ? AND arch = ? AND version = ?")
-      .get(name, arch, version) as { first_seen_at: string } | undefined;
+    const row = this.firstSeenOf.get(name, arch, version) as { first_seen_at: string } | undefined;
     return row?.first_seen_at;
   }
 
   /** Every candidate known, as of the last check and the applies since. */
   all(): Candidate[] {
-    const rows = this.db
-      .prepare("SELECT name, arch, role, cves, first_seen_at FROM system_candidates")
-      .all() as {
+    const rows = this.everyCandidate.all() as {
       name: string;
       arch: string;
       role: Role;
