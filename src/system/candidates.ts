@@ -31,6 +31,12 @@ export interface MinAge {
   securityDays: number;
 }
 
+/** The minimum ages an apply request, a check's query or a schedule gives (0 for one it leaves out). */
+export const minAgeOf = (r: { min_age_days?: number; security_min_age_days?: number }): MinAge => ({
+  regularDays: r.min_age_days ?? 0,
+  securityDays: r.security_min_age_days ?? 0,
+});
+
 const DAY_MS = 86_400_000;
 
 /**

@@ -12,6 +12,7 @@ import {
   ApplyStatusSchema,
   ApplyUpdatesRequestSchema,
 } from "./apply-schemas.js";
+import { minAgeOf } from "./candidates.js";
 import {
   CheckQuerySchema,
   DownloadResultSchema,
@@ -171,22 +172,13 @@ export function registerSystemRoutes(
 ): void {
   for (const s of systemSharedSchemas) app.addSchema(s);
 
-  app.post("/v1/system/check-updates", { schema: checkUpdates }, async (request) => {
-    const { min_age_days: regularDays, security_min_age_days: securityDays } = request.query;
-    const asked = regularDays !== undefined || securityDays !== undefined;
-    return service.check(
-      asked ? { regularDays: regularDays ?? 0, securityDays: securityDays ?? 0 } : undefined,
-    );
-  });
+  app.post("/v1/system/check-updates", { schema: checkUpdates }, async (request) =>
+    service.check(minAgeOf(request.query)),
+  );
 
   app.post("/v1/system/apply-updates", { schema: applyUpdates }, async (request, reply) => {
     const { update_type: type, auto_reboot: autoReboot = false, callback_url: callback } = request.body;
-    const {
-      exclude = [],
-      min_age_days: regularDays = 0,
-      security_min_age_days: securityDays = 0,
-    } = request.body;
-    const origin = { exclude, minAge: { regularDays, securityDays } };
+    const origin = { exclude: request.body.exclude ?? [], minAge: minAgeOf(request.body) };
     const callbackError = callbackUrlError(callback, deny);
     if (callbackError) throw validationFailed([callbackError]);
     const who = {

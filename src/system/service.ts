@@ -130,7 +130,7 @@ export class SystemService {
     return this.reboots.bootStatus();
   }
 
-  /** Checks for updates; with `minAge`, each update too young for it says when it is `eligible_at`. */
+  /** Checks for updates; each update too young for `minAge` says when it is `eligible_at` (none with 0). */
   check(minAge?: MinAge): Promise<SystemStatus> {
     return this.measured("check", () => this.lock.run(() => this.checkNow(minAge)));
   }

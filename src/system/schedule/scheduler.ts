@@ -1,5 +1,6 @@
 import type { Logger } from "pino";
 import { Periodic } from "../../util/periodic.js";
+import { minAgeOf } from "../candidates.js";
 import type { SystemService } from "../service.js";
 import { INTERRUPTED, KEPT_RUNS, type ScheduleStore, type StoredSchedule } from "./store.js";
 import { runTime, type Slot, slotsBetween } from "./windows.js";
@@ -176,7 +177,7 @@ export class Scheduler {
           trigger: "schedule",
           slotStart,
           exclude: s.exclude ?? [],
-          minAge: { regularDays: s.min_age_days ?? 0, securityDays: s.security_min_age_days ?? 0 },
+          minAge: minAgeOf(s),
           // The window's end, on the clock the apply times its reboot with.
           ...(s.reboot === "never" ? {} : { rebootWindow: { always: s.reboot === "always", by: slot.end } }),
         },
