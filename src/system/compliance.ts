@@ -1,10 +1,10 @@
 import { type Static, Type } from "@sinclair/typebox";
+import { NullableString } from "../util/typebox.js";
 import type { Candidate } from "./candidates.js";
 import type { LastCheck } from "./last-check.js";
 
 const Nullable = <T extends ReturnType<typeof Type.Integer>>(t: T) => Type.Union([t, Type.Null()]);
-const Time = (description: string) =>
-  Type.Union([Type.String({ format: "date-time" }), Type.Null()], { description });
+const Time = (description: string) => NullableString(Type.String({ format: "date-time", description }));
 
 export const ComplianceSchema = Type.Object(
   {
