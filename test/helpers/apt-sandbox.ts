@@ -61,6 +61,10 @@ export function changelogEntry(
   ].join("\n");
 }
 
+/** The changelog entry of a test package's first version, 1.0 (a later version's changelog ends with it). */
+export const initialEntry = (name: string): string =>
+  changelogEntry(name, "1.0", "bookworm", "medium", ["Initial release."], "Mon, 01 Jan 2024 00:00:00 +0000");
+
 /** Debian's shape: archive `debian` (bookworm, bookworm-updates) and archive `debian-security`. */
 const ARCHIVE: Record<Suite, { archive: string; label: string }> = {
   bookworm: { archive: "debian", label: "Debian" },

@@ -19,6 +19,7 @@ import {
   createAptSandbox,
   type DebSpec,
   debianArch,
+  initialEntry,
 } from "../helpers/apt-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 import { exec } from "../helpers/processes.js";
@@ -29,7 +30,6 @@ const hostBefore = hostPackageState();
 const D1 = "Mon, 01 Jan 2024 00:00:00 +0000";
 const D2 = "Tue, 06 Feb 2024 12:30:00 +0100";
 const D3 = "Fri, 01 Mar 2024 08:00:00 +0000";
-const first = (name: string) => changelogEntry(name, "1.0", "bookworm", "medium", ["Initial release."], D1);
 
 /**
  * labsec: a security update whose changelog names a DSA and two CVEs. labreg: a regular update two entries
@@ -39,7 +39,7 @@ const first = (name: string) => changelogEntry(name, "1.0", "bookworm", "medium"
  */
 const DEBS: DebSpec[] = [
   ...["labsec", "labreg"].map(
-    (name): DebSpec => ({ name, version: "1.0", suites: ["bookworm"], changelog: first(name) }),
+    (name): DebSpec => ({ name, version: "1.0", suites: ["bookworm"], changelog: initialEntry(name) }),
   ),
   ...["labnolog", "labconf", "labold", "labph", "labmark"].map(
     (name): DebSpec => ({ name, version: "1.0", suites: ["bookworm"] }),
@@ -56,7 +56,7 @@ const DEBS: DebSpec[] = [
         "high",
         ["Non-maintainer upload by the Security Team.", "Fix CVE-2024-2001 and CVE-2024-2002 (DSA-5601-1)."],
         D2,
-      ) + first("labsec"),
+      ) + initialEntry("labsec"),
   },
   {
     name: "labreg",
@@ -65,7 +65,7 @@ const DEBS: DebSpec[] = [
     changelog:
       changelogEntry("labreg", "1.2", "bookworm", "low", ["Fix a crash at start."], D3) +
       changelogEntry("labreg", "1.1", "bookworm", "medium", ["Fix CVE-2024-2003."], D2) +
-      first("labreg"),
+      initialEntry("labreg"),
   },
   { name: "labnolog", version: "1.1", suites: ["bookworm-updates"] },
   { name: "labconf", version: "1.1", suites: ["bookworm-security"], depends: "labnewdep" },

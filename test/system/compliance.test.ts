@@ -14,20 +14,19 @@ import {
   createAptSandbox,
   type DebSpec,
   debianArch,
+  initialEntry,
 } from "../helpers/apt-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 
 // Taken first: the host's package state, compared at the end.
 const hostBefore = hostPackageState();
 
-const D1 = "Mon, 01 Jan 2024 00:00:00 +0000";
 const D2 = "Tue, 06 Feb 2024 12:30:00 +0100";
-const first = (name: string) => changelogEntry(name, "1.0", "bookworm", "medium", ["Initial release."], D1);
 
 /** cmpsec: a security update naming two CVEs; cmpreg: a regular update naming one. */
 const DEBS: DebSpec[] = [
-  { name: "cmpsec", version: "1.0", suites: ["bookworm"], changelog: first("cmpsec") },
-  { name: "cmpreg", version: "1.0", suites: ["bookworm"], changelog: first("cmpreg") },
+  { name: "cmpsec", version: "1.0", suites: ["bookworm"], changelog: initialEntry("cmpsec") },
+  { name: "cmpreg", version: "1.0", suites: ["bookworm"], changelog: initialEntry("cmpreg") },
   {
     name: "cmpsec",
     version: "1.1",
@@ -40,14 +39,14 @@ const DEBS: DebSpec[] = [
         "high",
         ["Fix CVE-2024-3001 and CVE-2024-3002."],
         D2,
-      ) + first("cmpsec"),
+      ) + initialEntry("cmpsec"),
   },
   {
     name: "cmpreg",
     version: "1.1",
     suites: ["bookworm-updates"],
     changelog:
-      changelogEntry("cmpreg", "1.1", "bookworm", "low", ["Fix CVE-2024-3003."], D2) + first("cmpreg"),
+      changelogEntry("cmpreg", "1.1", "bookworm", "low", ["Fix CVE-2024-3003."], D2) + initialEntry("cmpreg"),
   },
 ];
 
