@@ -34,6 +34,7 @@ export const problemCodes = {
   update_in_progress: { status: 409, title: "Update already in progress" },
   update_id_conflict: { status: 409, title: "Update process id already used with a different request" },
   token_not_rotatable: { status: 409, title: "Token is configuration and cannot be rotated by the agent" },
+  hook_failed: { status: 409, title: "A pre-apply hook of the host refused the apply" },
   request_timeout: { status: 408, title: "Request timed out" },
   payload_too_large: { status: 413, title: "Request body too large" },
   unsupported_media_type: { status: 415, title: "Unsupported media type" },

@@ -1,3 +1,5 @@
+import type { HookRecord } from "./hooks/hooks.js";
+
 /** Who holds a package manager's lock, as the manager reported it. */
 export interface LockHolder {
   pid: number | undefined;
@@ -108,7 +110,23 @@ export class InsufficientStorageError extends Error {
   }
 }
 
-export type SystemError = CommandError | PackageManagerBusyError;
+/**
+ * A pre-apply hook of the host did not succeed (it failed, ran past its time-out, or was refused as unsafe):
+ * the apply stopped before the package manager changed anything.
+ */
+export class HookFailedError extends Error {
+  readonly code = "hook_failed";
+
+  constructor(
+    message: string,
+    readonly hook: HookRecord,
+  ) {
+    super(message);
+    this.name = "HookFailedError";
+  }
+}
+
+export type SystemError = CommandError | PackageManagerBusyError | HookFailedError;
 
 export const isSystemError = (err: unknown): err is SystemError =>
-  err instanceof CommandError || err instanceof PackageManagerBusyError;
+  err instanceof CommandError || err instanceof PackageManagerBusyError || err instanceof HookFailedError;

@@ -3,6 +3,7 @@ import {
   ApplyFailedError,
   ApplyNotFoundError,
   type CommandError,
+  HookFailedError,
   InsufficientStorageError,
   isSystemError,
   PackageManagerBusyError,
@@ -19,6 +20,8 @@ function problemOf(err: SystemError, extra: Record<string, unknown>): ApiError {
         ...extra,
       },
     });
+  if (err instanceof HookFailedError)
+    return new ApiError("hook_failed", err.message, { cause: err, extensions: { hook: err.hook, ...extra } });
   const command = err as CommandError;
   return new ApiError("package_manager_failed", command.message, {
     cause: err,

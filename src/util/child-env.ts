@@ -20,6 +20,24 @@ export const CHILD_ENV = {
   journal: ["PATH", "LANG", "TZ"],
   /** The reboot command (`systemctl reboot`, `shutdown -r`). */
   reboot: ["PATH", "LANG", "LC_ALL", "TZ"],
+  /**
+   * The host's hooks (system/hooks): what a script needs to run and reach a load balancer or a backup
+   * store; the apply's context is set by the agent (`HOSTKEEPER_HOOK_*`, `HOSTKEEPER_APPLY_*`, ...).
+   */
+  hooks: [
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+  ],
   /** Caddy: locale, time zone, CA bundle overrides, proxies for ACME, and Go runtime tuning. */
   caddy: [
     "PATH",
