@@ -1,6 +1,7 @@
 import { agentCaddyFields, settingsAtStart } from "../caddy/agent-fields.js";
 import { configFilePath, type Setting, type SettingOrigin, settingInput } from "../config.js";
 import { settingEnv, settingGroups } from "../settings.js";
+import { allStageHooks, hooksLine, hookWarnings } from "../system/hooks/hook-files.js";
 import { loadAgentConfig } from "./agent.js";
 import type { Command } from "./args.js";
 import { print, table } from "./output.js";
@@ -39,6 +40,7 @@ const check: Command = {
     "An invalid configuration is refused with the agent's own message and exit code 2, as `serve` does.",
     "Says which of Caddy's settings outside the routes the agent writes at start: all on its embedded Caddy,",
     "on a Caddy of your own (HOSTKEEPER_CADDY_ADMIN) only those a setting set here asks for.",
+    "Lists the hooks each stage runs, and names each hook the agent refuses or leaves out, and why.",
   ],
   run: async (inv) => {
     const { config, source } = loadAgentConfig();
@@ -57,12 +59,14 @@ const check: Command = {
       { ownCaddy: config.proxy.caddyAdmin !== undefined, explicit: config.explicit },
       settingEnv,
     );
+    const hooks = allStageHooks(config.system.hooksDir);
     if (inv.json) {
       print(
         JSON.stringify({
           valid: true,
           config_file: file,
           caddy_settings_applied: caddy.applied ?? "all",
+          hooks: { dir: config.system.hooksDir, stages: hooks },
           settings: rows.map(({ env, key, source, value }) => ({ env, key, source, value: value ?? null })),
         }),
       );
@@ -75,6 +79,8 @@ const check: Command = {
         rows.map((r) => [r.env, r.source, r.shown]),
       ),
     );
+    print(`\nHooks in ${config.system.hooksDir}: ${hooksLine(hooks)}.`);
+    for (const warning of hookWarnings(hooks)) print(`warning: ${warning}`);
     print(`\nAt start, ${caddy.text}.`);
     return 0;
   },

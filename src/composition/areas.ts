@@ -32,6 +32,8 @@ import { GATHER, RouteWriter } from "../proxy/writer.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
 import { generateWebhookSecret, loadOrCreateSecret } from "../store/secrets.js";
+import { allStageHooks, hookWarnings } from "../system/hooks/hook-files.js";
+import { Hooks } from "../system/hooks/hooks.js";
 import { createPackageManager } from "../system/packages/select.js";
 import { RestartFinder } from "../system/restarts/services-restart.js";
 import { Scheduler } from "../system/schedule/scheduler.js";
@@ -285,6 +287,8 @@ function buildSystem(
 ): SystemService {
   const { system } = config;
   const log = logger.child({ component: "system" });
+  // Each hook the agent will not run, said at start (and by `hostkeeper config check`).
+  for (const warning of hookWarnings(allStageHooks(system.hooksDir))) log.warn(warning);
   const service = new SystemService({
     db,
     metrics: o.metrics,
@@ -301,6 +305,13 @@ function buildSystem(
     rebootDelayMs: system.rebootDelayMs,
     boot: { bootIdFile: system.bootIdFile, kernelReleaseFile: system.kernelReleaseFile },
     outbox: o.outbox,
+    hooks: new Hooks({
+      dir: system.hooksDir,
+      timeoutMs: system.hookTimeoutS * 1000,
+      workDir: join(config.agent.dataDir, "hooks"),
+      env: process.env,
+      log,
+    }),
     env: process.env,
     now: o.now,
     log,

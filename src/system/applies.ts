@@ -2,6 +2,7 @@ import type { Outbox } from "../events/outbox.js";
 import type { Db } from "../store/db.js";
 import type { MinAge } from "./candidates.js";
 import { ApplyNotFoundError } from "./errors.js";
+import type { HookRecord } from "./hooks/hooks.js";
 import type { ApplyChanges, ApplyProgress, PackageUpdate, Recovery } from "./packages/package-manager.js";
 import type { ServiceToRestart } from "./restarts/restart-scan.js";
 import type { ApplyRecord, ApplyState, ApplyStatus, RebootReport } from "./schemas.js";
@@ -36,6 +37,8 @@ export interface ApplyRow {
   slot_start: string | null;
   /** 1 when the window left out the reboot its policy asked for (it would have come after the window's end). */
   reboot_left_out: number;
+  /** The host's hooks the apply ran (`HookRecord[]`), as JSON; null before any. */
+  hooks: string | null;
 }
 
 /** What started an apply: a request to the API, or a maintenance window's slot. */
@@ -103,6 +106,7 @@ export interface ApplyFields {
   reboot?: RebootReport;
   reboot_at?: string | null;
   reboot_left_out?: number;
+  hooks?: HookRecord[];
 }
 
 /**
@@ -218,13 +222,22 @@ export class ApplyStore {
     this.transition(row.id, state, { reboot: { ...rebootReportOf(row), ...report } });
   }
 
-  /** Sets fields without a change of state (no event): the plan, the recovery, the progress. */
-  update(id: number, fields: { planned?: PackageUpdate[]; recovery?: Recovery; progress?: Progress }): void {
+  /** Sets fields without a change of state (no event): the plan, the recovery, the progress, the hooks. */
+  update(
+    id: number,
+    fields: { planned?: PackageUpdate[]; recovery?: Recovery; progress?: Progress; hooks?: HookRecord[] },
+  ): void {
     const sets = Object.keys(fields).map((k) => `${k} = @${k}`);
     const values = Object.fromEntries(Object.entries(fields).map(([k, v]) => [k, JSON.stringify(v)]));
     this.db
       .prepare(`UPDATE system_applies SET ${sets.join(", ")}, updated_at = @now WHERE id = @id`)
       .run({ ...values, id, now: this.isoNow() });
+  }
+
+  /** Sends the apply's event again without a change of state: what changed since is in it (its post-reboot hooks). */
+  announce(id: number): void {
+    this.enqueueEvent(id);
+    this.outbox.kick();
   }
 
   /** Now on the applies' clock, as they record it. */
@@ -271,6 +284,7 @@ export class ApplyStore {
       reboot_at: row.reboot_at,
       reboot: json<RebootReport>(row.reboot),
       recovery: json<Recovery>(row.recovery),
+      hooks: json<HookRecord[]>(row.hooks) ?? [],
       error: json<{ code: string; detail: string }>(row.error),
       history: this.statesStmt.all(row.id) as ApplyStatus["history"],
       started_at: row.started_at,
@@ -308,6 +322,11 @@ export class ApplyStore {
 
   private recordState(id: number, state: ApplyState, at: string): void {
     this.addStateStmt.run(id, id, state, at);
+    this.enqueueEvent(id);
+  }
+
+  /** The apply's `system_update` event, as it is now, into the outbox when it has a callback. */
+  private enqueueEvent(id: number): void {
     const row = this.get(id);
     if (row.callback_url === null) return;
     this.outbox.add({

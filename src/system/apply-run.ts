@@ -8,7 +8,16 @@ import {
   type StoredResult,
 } from "./applies.js";
 import { type CandidateStore, eligibleAt, type MinAge } from "./candidates.js";
-import { ApplyFailedError, isSystemError } from "./errors.js";
+import { ApplyFailedError, HookFailedError, isSystemError } from "./errors.js";
+import {
+  type HookContext,
+  type HookRecord,
+  type Hooks,
+  hookFailure,
+  linesOfChanges,
+  linesOfUpdates,
+  type PackageLine,
+} from "./hooks/hooks.js";
 import type { PackageLock } from "./mutex.js";
 import type {
   ApplyListener,
@@ -29,6 +38,8 @@ export interface ApplyRunOptions {
   restarts: Pick<RestartFinder, "find">;
   /** The candidates' first sightings: what an apply installed is no longer pending. */
   candidates: Pick<CandidateStore, "installed" | "firstSeen">;
+  /** The host's hooks, run before and after the package manager changes packages. */
+  hooks: Pick<Hooks, "run">;
   /** The clock of the applies' times and of their windows' ends. */
   now: () => number;
   log: Logger;
@@ -63,6 +74,10 @@ const UNEXPECTED: ApplyError = {
 export class ApplyRun {
   /** Progress of the applies under way (persisted at each state change). */
   private readonly live = new Map<number, Progress>();
+  /** The hooks each apply under way ran so far (persisted after each stage). */
+  private readonly hooksRun = new Map<number, HookRecord[]>();
+  /** The applies past their pre-apply hooks, with the packages they set out to change. */
+  private readonly upgrading = new Map<number, PackageLine[]>();
   private closed = false;
 
   constructor(private readonly o: ApplyRunOptions) {}
@@ -82,6 +97,7 @@ export class ApplyRun {
     const row = this.o.store.get(id);
     try {
       const installed = await this.o.lock.run(() => this.install(row));
+      await this.postApply(row, installed);
       this.o.candidates.installed(installed.upgraded);
       const { result, note } =
         window === undefined ? { result: installed, note: {} } : this.rebootInWindow(row, installed, window);
@@ -90,11 +106,13 @@ export class ApplyRun {
         update_type: row.update_type,
         package_manager: this.o.manager.name,
         ...result,
+        hooks: this.hooksRun.get(id) ?? [],
         started_at: new Date(row.started_at).toISOString(),
         ...this.finish(row, "succeeded", null, result, note),
       };
     } catch (err) {
       if (this.closed) throw err;
+      await this.postApply(row, null);
       if (!isSystemError(err)) {
         this.finish(row, "failed", UNEXPECTED, null);
         throw err;
@@ -148,6 +166,7 @@ export class ApplyRun {
       planned: (updates) => this.o.store.update(id, { planned: updates }),
       progress: (p) => this.onProgress(id, p),
       ...(minAge ? { eligibleAt: (u, version) => this.eligibleAt(u, version, minAge) } : {}),
+      beforeUpgrade: (updates) => this.preApply(row, linesOfUpdates(updates)),
     };
     const changes = await this.o.manager.apply(row.update_type, listener, exclude);
     const rebootRequired = await this.o.manager.rebootRequired();
@@ -162,6 +181,43 @@ export class ApplyRun {
       services_restart_required: services,
       reboot_scheduled: row.auto_reboot === 1 && rebootRequired && !this.closed,
     };
+  }
+
+  /** Runs the pre-apply hooks; the first that does not succeed refuses the apply (`HookFailedError`). */
+  private async preApply(row: ApplyRow, packages: PackageLine[]): Promise<void> {
+    const records = await this.hooks(row, "pre-apply", { ...this.context(row), packages });
+    const failed = records.find((r) => r.outcome !== "succeeded");
+    if (failed !== undefined) throw new HookFailedError(hookFailure(failed), failed);
+    this.upgrading.set(row.id, packages);
+  }
+
+  /**
+   * After an apply that got past its pre-apply hooks, however it ended: the post-apply hooks, told what it
+   * changed (`installed`), or what it set out to change when it failed. Their failures are only recorded.
+   */
+  private async postApply(row: ApplyRow, installed: Installed | null): Promise<void> {
+    const planned = this.upgrading.get(row.id);
+    this.upgrading.delete(row.id);
+    if (planned === undefined || this.closed) return;
+    const packages = installed === null ? planned : linesOfChanges(installed);
+    const outcome = installed === null ? "failed" : "succeeded";
+    await this.hooks(row, "post-apply", { ...this.context(row), packages, outcome }).catch((err: unknown) =>
+      this.o.log.error({ err, apply_id: row.id }, `apply ${row.id}: the post-apply hooks could not be run`),
+    );
+  }
+
+  /** Runs a stage's hooks and records them with the apply's earlier ones. */
+  private async hooks(row: ApplyRow, stage: HookRecord["stage"], ctx: HookContext): Promise<HookRecord[]> {
+    const records = await this.o.hooks.run(stage, ctx);
+    if (records.length === 0) return records;
+    const all = [...(this.hooksRun.get(row.id) ?? []), ...records];
+    this.hooksRun.set(row.id, all);
+    this.o.store.update(row.id, { hooks: all });
+    return records;
+  }
+
+  private context(row: ApplyRow): Omit<HookContext, "packages"> {
+    return { applyId: row.id, updateType: row.update_type, trigger: row.trigger };
   }
 
   /** Called from the package manager's output stream: it must not throw (the database may be closed by now). */
@@ -192,6 +248,7 @@ export class ApplyRun {
     const ms = finished.getTime() - new Date(row.started_at).getTime();
     const progress = this.live.get(row.id);
     this.live.delete(row.id);
+    this.hooksRun.delete(row.id);
     const reboot = result?.reboot_scheduled ? this.o.reboots.plan() : null;
     this.o.store.transition(
       row.id,

@@ -123,6 +123,35 @@ export const RecoverySchema = Type.Object(
   { additionalProperties: false, $id: "Recovery", title: "Recovery" },
 );
 
+export const HookRecordSchema = Type.Object(
+  {
+    stage: StringEnum(["pre-apply", "post-apply", "post-reboot"]),
+    name: Type.String({ description: "The hook's file name in the stage's folder." }),
+    started_at: Type.String({ format: "date-time" }),
+    outcome: StringEnum(["succeeded", "failed", "timed_out", "refused"], {
+      description:
+        "`refused`: not run, as not safe to run as root (`error` says why: not root's, writable by others, on such a path).",
+    }),
+    exit_code: Type.Union([Type.Integer(), Type.Null()]),
+    signal: Type.Union([Type.String(), Type.Null()], {
+      description: "The signal that ended it, if one did.",
+    }),
+    timed_out: Type.Boolean({ description: "It ran past `HOSTKEEPER_HOOK_TIMEOUT_S` and was stopped." }),
+    error: Type.Union([Type.String(), Type.Null()], {
+      description: "Why it was refused, or could not be started.",
+    }),
+    duration_ms: Type.Integer({ minimum: 0 }),
+    output: Type.String({ description: "The end of what it wrote (stdout and stderr), at most 16 KiB." }),
+    output_truncated: Type.Boolean({ description: "Its output was longer: the start is left out." }),
+  },
+  { additionalProperties: false, $id: "HookRecord", title: "HookRecord" },
+);
+
+const Hooks = Type.Array(RefTo(HookRecordSchema), {
+  description:
+    "The host's hooks this apply ran (pre-apply, post-apply, then post-reboot after the report-back of its reboot), in order; empty when none ran (none configured, or nothing to install).",
+});
+
 export const Installed = Type.Object({ ...Pkg, version: Type.String() }, { additionalProperties: false });
 
 export const Changes = {
@@ -170,6 +199,7 @@ export const ApplyResultSchema = Type.Object(
     reboot_at: Type.Union([Type.String({ format: "date-time" }), Type.Null()], {
       description: "About when the reboot command runs; null when none is scheduled.",
     }),
+    hooks: Hooks,
     started_at: Type.String({ format: "date-time" }),
     finished_at: Type.String({ format: "date-time" }),
     duration_ms: Type.Integer(),
@@ -224,6 +254,7 @@ export const ApplyStatusSchema = Type.Object(
     reboot: Type.Union([RefTo(RebootReportSchema), Type.Null()], {
       description: "Null unless a reboot was scheduled.",
     }),
+    hooks: Hooks,
     recovery: Type.Union([RefTo(RecoverySchema), Type.Null()], {
       description:
         "What the package manager's recovery did before this apply (after an interrupted run); null when none was needed.",

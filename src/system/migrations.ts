@@ -125,4 +125,9 @@ export const systemMigrations: Migration[] = [
     name: "system.008_apply_min_age",
     sql: "ALTER TABLE system_applies ADD COLUMN min_age TEXT;",
   },
+  {
+    // The host's hooks an apply ran (hooks/hooks.ts `HookRecord[]`).
+    name: "system.009_apply_hooks",
+    sql: "ALTER TABLE system_applies ADD COLUMN hooks TEXT;",
+  },
 ];

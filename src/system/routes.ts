@@ -57,7 +57,7 @@ const applyUpdates = {
   tags: ["system"],
   operationId: "applyUpdates",
   summary: "Apply system package updates",
-  description: `Installs the updates of \`update_type\` non-interactively, keeping configuration files the administrator changed, and never upgrading a package of \`HOSTKEEPER_HOLD_PACKAGES\`. The answer says what changed and what was held back. Every apply, failed or not, is recorded in the apply history. With \`Prefer: respond-async\` (RFC 7240) the answer is 202 at once, with the apply's status and its \`Location\` (\`GET /v1/system/applies/{id}\`), and \`Preference-Applied: respond-async\`; with \`wait=N\` too, the answer waits up to N seconds (at most ${MAX_PREFER_WAIT_SECONDS}) for the apply to finish first. A \`callback_url\` receives a \`system_update\` event at each state change, in either mode.`,
+  description: `Installs the updates of \`update_type\` non-interactively, keeping configuration files the administrator changed, and never upgrading a package of \`HOSTKEEPER_HOLD_PACKAGES\`. The answer says what changed and what was held back. Every apply, failed or not, is recorded in the apply history. With \`Prefer: respond-async\` (RFC 7240) the answer is 202 at once, with the apply's status and its \`Location\` (\`GET /v1/system/applies/{id}\`), and \`Preference-Applied: respond-async\`; with \`wait=N\` too, the answer waits up to N seconds (at most ${MAX_PREFER_WAIT_SECONDS}) for the apply to finish first. A \`callback_url\` receives a \`system_update\` event at each state change, in either mode. When it has packages to change, the host's pre-apply hooks run before the package manager changes anything (one that fails refuses the apply: \`hook_failed\`) and its post-apply hooks after (their failures are recorded in \`hooks\`); see docs/api/system-updates.md.`,
   body: RefTo(ApplyUpdatesRequestSchema),
   response: {
     200: jsonContent(RefTo(ApplyResultSchema), "What the apply changed."),
@@ -75,6 +75,7 @@ const applyUpdates = {
       },
     },
     ...PACKAGE_RUN_PROBLEMS,
+    ...problemResponses("hook_failed"),
   },
 };
 

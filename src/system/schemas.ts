@@ -4,6 +4,7 @@ import {
   ApplyResultSchema,
   ApplyStatusSchema,
   ApplyUpdatesRequestSchema,
+  HookRecordSchema,
   RebootReportSchema,
   RecoverySchema,
 } from "./apply-schemas.js";
@@ -40,6 +41,7 @@ export const systemSharedSchemas = [
   DownloadResultSchema,
   RebootReportSchema,
   RecoverySchema,
+  HookRecordSchema,
   ApplyStatusSchema,
   ApplyResultSchema,
   ApplyRecordSchema,

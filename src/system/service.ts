@@ -9,6 +9,7 @@ import { CandidateStore, eligibleAt, type MinAge } from "./candidates.js";
 import { type Compliance, complianceOf } from "./compliance.js";
 import { DiskGuard } from "./disk-guard.js";
 import { ApplyFailedError, PackageManagerBusyError } from "./errors.js";
+import type { Hooks } from "./hooks/hooks.js";
 import { type LastCheck, LastCheckStore } from "./last-check.js";
 import { PackageLock } from "./mutex.js";
 import {
@@ -47,6 +48,8 @@ export interface SystemServiceOptions {
   boot: BootSources;
   /** Where the `system_update` events of applies with a callback are written. */
   outbox: Outbox;
+  /** The host's hooks (HOSTKEEPER_HOOKS_DIR), run around applies and after their reboots. */
+  hooks: Hooks;
   env: NodeJS.ProcessEnv;
   /** The clock of the applies' times and of their windows (the composition's, which tests control). */
   now: () => number;
@@ -95,6 +98,7 @@ export class SystemService {
       delayMs: o.rebootDelayMs,
       boot: o.boot,
       env: o.env,
+      hooks: o.hooks,
       now: o.now,
       log: o.log,
     });
@@ -105,6 +109,7 @@ export class SystemService {
       reboots: this.reboots,
       restarts: o.restarts,
       candidates: this.candidates,
+      hooks: o.hooks,
       now: o.now,
       log: o.log,
     });
@@ -309,6 +314,7 @@ export class SystemService {
    */
   async close(): Promise<void> {
     this.runs.close();
+    this.o.hooks.close();
     await this.reboots.close();
   }
 

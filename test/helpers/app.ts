@@ -57,6 +57,8 @@ export async function buildTestApp(
         // Never this machine's packages or a real reboot, whatever a test leaves out.
         HOSTKEEPER_APT_CONFIG: guardAptConfig(t),
         HOSTKEEPER_REBOOT_COMMAND: "/bin/true",
+        // Never hooks this machine may have in the default folder.
+        HOSTKEEPER_HOOKS_DIR: "/nonexistent/hostkeeper-test-hooks",
         // Plain HTTP on every listen address, as test Caddys' servers have (`startCaddy`), unless a test
         // asks for an issuer.
         HOSTKEEPER_TLS_ISSUER: "off",

@@ -105,6 +105,11 @@ export interface ApplyListener {
    * still to come (ISO time): the update waits, kept out as an excluded one; undefined when it may go.
    */
   eligibleAt?(u: PackageUpdate, version: string): string | undefined;
+  /**
+   * Just before the package manager changes anything, when there is something to install (`updates`, at
+   * the versions the apply installs): a rejection ends the apply there, nothing changed.
+   */
+  beforeUpgrade?(updates: PackageUpdate[]): Promise<void>;
 }
 
 /** One file a download put into the package manager's cache. */
@@ -214,7 +219,11 @@ export async function applyUpdates(
   const before = await steps.installed();
   const anyToInstall = planned.some((u) => !u.held && !kept(u.name));
   const keptOut = [...exclude, ...waiting.keys()];
-  if (anyToInstall) await steps.upgrade(type, { progress: listener.progress, exclude: keptOut });
+  if (anyToInstall) {
+    const going = planned.filter((u) => !u.held && !kept(u.name));
+    await listener.beforeUpgrade?.(going.map((u) => ({ ...u, new_version: versionOf(u) })));
+    await steps.upgrade(type, { progress: listener.progress, exclude: keptOut });
+  }
   const after = anyToInstall ? await steps.installed() : before;
 
   const changes: ApplyChanges = { upgraded: [], installed: [], removed: [], held_back: [] };

@@ -3,7 +3,8 @@ import type { Logger } from "pino";
 import type { Db } from "../../store/db.js";
 import { CHILD_ENV, childEnv, spawnChild } from "../../util/child-env.js";
 import { settledWithin } from "../../util/timers.js";
-import { type ApplyRow, type ApplyStore, newRebootReport, rebootReportOf } from "../applies.js";
+import { type ApplyRow, type ApplyStore, changesOf, newRebootReport, rebootReportOf } from "../applies.js";
+import { type HookRecord, type Hooks, linesOfChanges } from "../hooks/hooks.js";
 import type { PackageManager } from "../packages/package-manager.js";
 import type { RebootReport } from "../schemas.js";
 import { type Boot, BootLog, type BootSources, currentBoot } from "./boot.js";
@@ -19,6 +20,8 @@ export interface RebootsOptions {
   /** Where the boot id and the running kernel are read. */
   boot: BootSources;
   env: NodeJS.ProcessEnv;
+  /** The host's hooks: post-reboot ones run once the reboot of an apply is reported. */
+  hooks: Pick<Hooks, "run">;
   /** The clock of the applies' times (and of the windows' ends a reboot must come before). */
   now: () => number;
   log: Logger;
@@ -54,6 +57,8 @@ export class Reboots {
   private timer: NodeJS.Timeout | undefined;
   private child: ReturnType<typeof spawnChild> | undefined;
   private closed = false;
+  /** The post-reboot hooks under way, if any. */
+  private postReboot: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: RebootsOptions) {
     this.boots = new BootLog(o.db);
@@ -89,12 +94,36 @@ export class Reboots {
           reboot_required_after: row === planned ? stillRequired : null,
         });
     })();
-    if (planned !== undefined) this.logBackOnline(planned, boot);
-    else if (last !== undefined)
+    if (planned !== undefined) {
+      this.logBackOnline(planned, boot);
+      this.postReboot = this.runPostReboot(planned);
+    } else if (last !== undefined)
       this.o.log.warn(
         { boot_id: boot.boot_id, previous_boot_id: last.boot_id, booted_at: boot.booted_at },
         "the host rebooted without a reboot scheduled by the agent",
       );
+  }
+
+  /**
+   * The post-reboot hooks of the apply whose reboot this boot ends, after its report-back (`back_online`),
+   * once: a start in the same boot finds no new boot. They join the apply's hooks; its event goes again.
+   */
+  private async runPostReboot(row: ApplyRow): Promise<void> {
+    try {
+      const records = await this.o.hooks.run("post-reboot", {
+        applyId: row.id,
+        updateType: row.update_type,
+        trigger: row.trigger,
+        packages: linesOfChanges(changesOf(row.result)),
+        outcome: "succeeded",
+      });
+      if (records.length === 0 || this.closed) return;
+      const earlier = JSON.parse(this.o.store.get(row.id).hooks ?? "[]") as HookRecord[];
+      this.o.store.update(row.id, { hooks: [...earlier, ...records] });
+      this.o.store.announce(row.id);
+    } catch (err) {
+      this.o.log.error({ err, apply_id: row.id }, "the post-reboot hooks could not be run or recorded");
+    }
   }
 
   /** Whether a reboot is still required; null when the package manager cannot say in time (the start waits). */
@@ -190,6 +219,8 @@ export class Reboots {
     const child = this.child;
     if (child && child.exitCode === null && child.signalCode === null)
       await settledWithin(once(child, "exit"), 5_000);
+    // Stopped with the agent's other hooks (SIGTERM, SIGKILL after a grace).
+    await settledWithin(this.postReboot, 10_000);
   }
 
   /** The apply is `rebooting` before the command runs: the command may stop the agent at once. */

@@ -59,7 +59,9 @@ function runOfApply(row: RunRow & { apply_id: number }): ScheduleRun {
     case "failed": {
       const error =
         row.error === null ? null : (JSON.parse(row.error) as { code: string; detail: string } | null);
-      const refused = row.started === 0 || error?.code === "package_manager_busy";
+      // Nothing changed: the apply never got the package manager, or a pre-apply hook refused it.
+      const refused =
+        row.started === 0 || error?.code === "package_manager_busy" || error?.code === "hook_failed";
       return run(refused ? "refused" : "failed", error?.detail);
     }
     default:
