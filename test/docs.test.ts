@@ -65,6 +65,12 @@ describe("HOSTKEEPER_* settings", () => {
   const notSettings: Record<string, string> = {
     HOSTKEEPER_CONFIG: "names the config file itself (src/config.ts)",
     HOSTKEEPER_LOG_FORMT: "the misspelt variable in the example of the start-up warning",
+    // What the agent tells the host's hooks (src/system/hooks/hooks.ts), not what it reads.
+    ...Object.fromEntries(
+      ["HOOK_STAGE", "HOOK_NAME", "APPLY_ID", "UPDATE_TYPE", "TRIGGER", "APPLY_OUTCOME", "PACKAGES_FILE"].map(
+        (n) => [`HOSTKEEPER_${n}`, "set by the agent for the host's hooks"],
+      ),
+    ),
   };
   const known = new Set(allSettings().map((s) => s.env));
 

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { before, type TestContext, test } from "node:test";
@@ -294,6 +294,25 @@ test("a scheduled apply that cannot have the package manager is refused, with th
   assert.match(run.reason, new RegExp(`held by process ${holder.pid}`));
   const status = await api(call, "GET", `/v1/system/applies/${run.apply_id}`);
   assert.equal(status.error.code, "package_manager_busy");
+  assert.equal((await h.sandbox.installed()).labsec, "1.0");
+});
+
+test("a scheduled run whose pre-apply hook fails is refused, naming the hook and its output", async (t) => {
+  const hooks = mkdtempSync(join(tmpdir(), "hk-hooks-"));
+  t.after(() => rmSync(hooks, { recursive: true, force: true }));
+  chmodSync(hooks, 0o755);
+  mkdirSync(join(hooks, "pre-apply"), { mode: 0o755 });
+  writeFileSync(join(hooks, "pre-apply", "10-drain"), "#!/bin/sh\necho 'lb1 is down'\nexit 4\n", {
+    mode: 0o755,
+  });
+  const h = await setup(t, { HOSTKEEPER_HOOKS_DIR: hooks });
+  const { call } = await h.start();
+  await scheduleOpenNow(call);
+  const [run] = (await runEnded(call)).runs;
+  assert.equal(run.state, "refused");
+  assert.equal(run.reason, "pre-apply hook 10-drain exited with status 4; its output ends: lb1 is down");
+  const status = await api(call, "GET", `/v1/system/applies/${run.apply_id}`);
+  assert.equal(status.error.code, "hook_failed");
   assert.equal((await h.sandbox.installed()).labsec, "1.0");
 });
 
