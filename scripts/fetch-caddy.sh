@@ -5,11 +5,24 @@
 # anything is unpacked: the index is fetched without signature checks, so the pin is what makes the file
 # trustworthy. The host's apt state is only read (its mirror list); lists and the .deb live in a temporary
 # folder. `.cache/caddy/.sha256` records what was verified, so re-runs are no-ops until the pin moves.
+# `fetch-caddy.sh arm64` does the same with the arm64 .deb (CADDY_ARM64_*) into .cache/caddy-arm64, for the
+# arm64 packages.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/caddy.env
 . "$root/scripts/caddy.env"
+arch=$(dpkg --print-architecture)
 dest="$root/.cache/caddy"
+run=()
+if [ "${1:-$arch}" != "$arch" ]; then
+  [ "$1" = arm64 ] || { echo "fetch-caddy: no pin for $1 (arm64, or nothing for this machine's)" >&2; exit 2; }
+  arch=arm64
+  dest="$root/.cache/caddy-arm64"
+  CADDY_DEB_SHA256=$CADDY_ARM64_DEB_SHA256
+  CADDY_BIN_SHA256=$CADDY_ARM64_BIN_SHA256
+  # Run on this machine through qemu (qemu-user-static, with the arm64 C library of libc6-arm64-cross).
+  run=(qemu-aarch64-static -L /usr/aarch64-linux-gnu)
+fi
 bin="$dest/usr/bin/caddy"
 if [ -x "$bin" ] && [ "$(cat "$dest/.sha256" 2>/dev/null)" = "$CADDY_DEB_SHA256" ]; then
   if echo "$CADDY_BIN_SHA256  $bin" | sha256sum --check --status; then
@@ -39,14 +52,14 @@ echo "deb [trusted=yes] $mirror $CADDY_SUITE main" >"$work/sources.list"
 opts=(-o "Dir::Etc::sourcelist=$work/sources.list" -o "Dir::Etc::sourceparts=$work/parts"
   -o "Dir::State::Lists=$work/lists" -o "Dir::Cache::archives=$work/archives"
   -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache=" -o "APT::Update::Error-Mode=any"
-  -o "Acquire::Languages=none" -o "APT::Architecture=$(dpkg --print-architecture)"
+  -o "Acquire::Languages=none" -o "APT::Architecture=$arch" -o "APT::Architectures=$arch"
   -o "APT::Sandbox::User=root")
 apt-get -qq "${opts[@]}" update
-if ! (cd "$work" && apt-get -qq "${opts[@]}" download "caddy=$CADDY_VERSION"); then
+if ! (cd "$work" && apt-get -qq "${opts[@]}" download "caddy:$arch=$CADDY_VERSION"); then
   echo "fetch-caddy: $CADDY_SUITE no longer has caddy $CADDY_VERSION; move the pin in scripts/caddy.env (docs/install.md: Moving the Caddy pin)" >&2
   exit 1
 fi
-deb=$(ls "$work"/caddy_*.deb)
+deb=$(ls "$work"/caddy_*_"$arch".deb)
 if ! echo "$CADDY_DEB_SHA256  $deb" | sha256sum --check --status; then
   echo "fetch-caddy: $(basename "$deb") does not match the sha256 in scripts/caddy.env" >&2
   echo "fetch-caddy: expected $CADDY_DEB_SHA256, got $(sha256sum "$deb" | cut -d' ' -f1); nothing was unpacked" >&2
@@ -60,7 +73,7 @@ if ! echo "$CADDY_BIN_SHA256  $work/unpacked/usr/bin/caddy" | sha256sum --check 
   exit 1
 fi
 echo "$CADDY_DEB_SHA256" >"$work/unpacked/.sha256"
-"$work/unpacked/usr/bin/caddy" version
+"${run[@]}" "$work/unpacked/usr/bin/caddy" version
 mkdir -p "$root/.cache"
 rm -rf "$dest"
 mv "$work/unpacked" "$dest"

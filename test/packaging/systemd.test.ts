@@ -1,5 +1,6 @@
 /**
- * The packages as a host gets them. `npm run package` builds the .deb and the RPM once for this file; a
+ * The packages as a host gets them. `npm run package` builds the .debs and RPMs (amd64 and arm64) once for
+ * this file; a
  * Debian 12 container booted with systemd installs, upgrades, removes and purges the .deb with dpkg, then
  * installs and erases the RPM with rpm, while requests go through the packaged Caddy. lintian, rpm's own
  * queries and a scratch-root install check the packages from outside.
@@ -19,6 +20,7 @@ import { after, before, describe, test } from "node:test";
 import { OPENAPI_DOC } from "../../src/http/openapi.js";
 import { packageVersion, projectRoot } from "../../src/paths.js";
 import { testCa } from "../certificates/support.js";
+import { elfMachine, runArm64, startArm64Agent } from "./arm64.js";
 import { Container, check, debianRoot, type RunResult, run } from "./container.js";
 
 const version = packageVersion();
@@ -51,6 +53,9 @@ interface Built {
   deb: string;
   rpm: string;
   nextDeb: string;
+  /** The arm64 .deb and aarch64 RPM of the same build. */
+  armDeb: string;
+  armRpm: string;
 }
 
 /**
@@ -132,11 +137,11 @@ describe("packages", () => {
         debianRoot(),
         check("bash", ["scripts/package.sh"], { cwd: projectRoot(), timeoutMs: 480_000 }),
       ]);
-      const [deb, rpm] = packaged.trim().split("\n");
-      assert.ok(deb && rpm, `npm run package printed ${JSON.stringify(packaged)}`);
-      // lintian takes most of a minute: it runs while the container tests do.
-      lintian = run("lintian", ["--tag-display-limit", "0", deb], { cwd: work, timeoutMs: 300_000 });
-      built = { deb, rpm, nextDeb: await debAtVersion(deb, nextVersion, work) };
+      const [deb, rpm, armDeb, armRpm] = packaged.trim().split("\n");
+      assert.ok(deb && rpm && armDeb && armRpm, `npm run package printed ${JSON.stringify(packaged)}`);
+      // lintian takes most of a minute a package: it runs while the container tests do.
+      lintian = run("lintian", ["--tag-display-limit", "0", deb, armDeb], { cwd: work, timeoutMs: 400_000 });
+      built = { deb, rpm, armDeb, armRpm, nextDeb: await debAtVersion(deb, nextVersion, work) };
       // Each run boots a fresh copy of the cached root: the tests install into it.
       rootCopy = join(work, "root");
       await check("cp", ["-a", rootDir, rootCopy], { timeoutMs: 120_000 });
@@ -539,7 +544,7 @@ describe("packages", () => {
   });
 
   describe("the packages from outside", () => {
-    test("lintian: no error and no warning (those kept are overridden, with reasons, in the package)", async () => {
+    test("lintian, on the amd64 and the arm64 .deb: no error and no warning (those kept are overridden, with reasons, in the package)", async () => {
       const r = await lintian;
       const flagged = r.stdout.split("\n").filter((l) => /^[EW]: /.test(l));
       assert.deepEqual(flagged, [], r.stdout + r.stderr);
@@ -570,6 +575,44 @@ describe("packages", () => {
       const postun = scripts.slice(scripts.indexOf("postuninstall scriptlet"));
       assert.match(postun, /systemctl try-restart hostkeeper\.service/);
       assert.doesNotMatch(postun, /restart hostkeeper-caddy/);
+    });
+
+    test("the arm64 packages are arm64 through and through, with the amd64 packages' files", async () => {
+      const root = join(work, "arm64-root");
+      await check("dpkg-deb", ["-x", built.armDeb, root]);
+      const lib = join(root, "usr/lib/hostkeeper");
+      for (const f of [
+        "node/bin/node",
+        "caddy/caddy",
+        "node_modules/better-sqlite3/prebuilds/linux-arm64.node",
+      ])
+        assert.equal(elfMachine(join(lib, f)), 183, `${f} is an aarch64 program`);
+      assert.equal((await check("dpkg-deb", ["-f", built.armDeb, "Architecture"])).trim(), "arm64");
+      assert.equal((await check("rpm", ["-qp", "--qf", "%{ARCH}", built.armRpm])).trim(), "aarch64");
+      const files = async (rpm: string) =>
+        (await check("rpm", ["-qpl", rpm])).replace(/linux-(x64|arm64)\.node/g, "linux-<arch>.node");
+      assert.equal(await files(built.armRpm), await files(built.rpm));
+    });
+
+    test("under qemu, the arm64 Node runs the CLI and Caddy, and the agent with its embedded Caddy answers /readyz", async () => {
+      const root = join(work, "arm64-root");
+      if (!existsSync(root)) await check("dpkg-deb", ["-x", built.armDeb, root]);
+      const lib = join(root, "usr/lib/hostkeeper");
+      const node = join(lib, "node/bin/node");
+      const cli = join(lib, "dist/src/cli/main.js");
+      assert.equal((await runArm64(node, [cli, "--version"])).trim(), `hostkeeper ${version}`);
+      const dir = mkdtempSync(join(work, "arm64-run-"));
+      const checked = await runArm64(node, [cli, "config", "check"], {
+        PATH: process.env.PATH,
+        HOSTKEEPER_DATA_DIR: dir,
+      });
+      assert.match(checked, /^configuration is valid/);
+      const pinned = /^CADDY_VERSION=(\d+\.\d+\.\d+)/m.exec(
+        readFileSync(join(projectRoot(), "scripts/caddy.env"), "utf8"),
+      );
+      assert.match(await runArm64(join(lib, "caddy/caddy"), ["version"]), new RegExp(`^v?${pinned?.[1]}`));
+      const agent = await startArm64Agent(root, dir);
+      await agent.stop();
     });
 
     test("rpm --root installs into a scratch root, where the bundled Node runs the CLI", async () => {
