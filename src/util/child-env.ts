@@ -13,6 +13,9 @@ import {
  * and a child (or every package maintainer script apt runs) has no business with them. An entry ending in
  * `*` passes every variable with that prefix.
  */
+/** The proxy variables, both spellings: for children that reach out over HTTP. */
+const PROXIES = ["http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"] as const;
+
 export const CHILD_ENV = {
   /** Operator instances: what docs/api/operator-update.md promises them, besides their own settings. */
   operator: ["PATH", "HOME", "LANG", "TZ"],
@@ -24,20 +27,7 @@ export const CHILD_ENV = {
    * The host's hooks (system/hooks): what a script needs to run and reach a load balancer or a backup
    * store; the apply's context is set by the agent (`HOSTKEEPER_HOOK_*`, `HOSTKEEPER_APPLY_*`, ...).
    */
-  hooks: [
-    "PATH",
-    "HOME",
-    "LANG",
-    "LC_ALL",
-    "TZ",
-    "TMPDIR",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-  ],
+  hooks: ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", ...PROXIES],
   /** Caddy: locale, time zone, CA bundle overrides, proxies for ACME, and Go runtime tuning. */
   caddy: [
     "PATH",
@@ -49,12 +39,7 @@ export const CHILD_ENV = {
     "GOMAXPROCS",
     "GOMEMLIMIT",
     "GODEBUG",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
+    ...PROXIES,
   ],
   /**
    * apt and dnf, and the maintainer scripts they run: locale, a temporary folder, apt's and debconf's own
