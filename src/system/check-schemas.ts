@@ -16,7 +16,7 @@ const Severity = StringEnum(["critical", "important", "moderate", "low", "unknow
 
 export const HeldReason = StringEnum(["hold", "phased", "kept_back", "excluded", "deferred"], {
   description:
-    "`hold`: held by `HOSTKEEPER_HOLD_PACKAGES`, `apt-mark hold` or dnf versionlock; `excluded`: the apply's `exclude` named it; `deferred`: younger than the apply's minimum age, until `eligible_at` (these two in an apply's `held_back` only); `phased`: an Ubuntu phased update apt does not offer this machine yet (apt's own phasing decision, reported, not overridden); `kept_back`: the package manager keeps it back (apt: it needs a package removed, which a `security` apply never does, or its dependencies cannot be met).",
+    "`hold`: held by `HOSTKEEPER_HOLD_PACKAGES`, `apt-mark hold` or dnf versionlock; `excluded`: the apply's `exclude` named it; `deferred`: younger than the apply's minimum age, until `eligible_at` (these two in an apply's `held_back`, and `deferred` in a check asked with a minimum age); `phased`: an Ubuntu phased update apt does not offer this machine yet (apt's own phasing decision, reported, not overridden); `kept_back`: the package manager keeps it back (apt: it needs a package removed, which a `security` apply never does, or its dependencies cannot be met).",
 });
 
 export const AdvisorySchema = Type.Object(

@@ -45,7 +45,7 @@ const checkUpdates = {
   operationId: "checkUpdates",
   summary: "Check for system package updates",
   description:
-    "Refreshes the package lists (a failure to fetch any of them is an error), then reports the available updates and whether a reboot is required. Waits while another apply of this agent or another program holds the package manager, up to `HOSTKEEPER_PACKAGE_LOCK_TIMEOUT_MS`. Request body: none. With `min_age_days` or `security_min_age_days` in the query (a schedule's, say), each update an apply with that minimum would defer says when it is `eligible_at`.",
+    "Refreshes the package lists (a failure to fetch any of them is an error), then reports the available updates and whether a reboot is required. Waits while another apply of this agent or another program holds the package manager, up to `HOSTKEEPER_PACKAGE_LOCK_TIMEOUT_MS`. Request body: none. With `min_age_days` or `security_min_age_days` in the query (a schedule's, say), each update an apply with that minimum would defer is `deferred` (`held_reason`) and says when it is `eligible_at`.",
   querystring: CheckQuerySchema,
   response: {
     200: jsonContent(RefTo(SystemStatusSchema), "The System object, with the details of each update."),

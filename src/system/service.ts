@@ -151,7 +151,9 @@ export class SystemService {
     const updates = found.map((u) => {
       const first_seen_at = firstSeen({ ...u, version: u.new_version });
       const eligible = minAge && eligibleAt(u, u.new_version, first_seen_at, minAge, now);
-      return { ...u, first_seen_at, ...(eligible ? { eligible_at: eligible } : {}) };
+      // Too young for the minimum asked: an apply with it would defer the update (a held one stays held).
+      const deferred = eligible ? { eligible_at: eligible, held_reason: u.held_reason ?? "deferred" } : {};
+      return { ...u, first_seen_at, ...deferred };
     });
     const severityCounts = Object.fromEntries(SEVERITIES.map((s) => [s, 0])) as Record<Severity, number>;
     for (const u of updates) severityCounts[highestSeverity(u.advisories)]++;
