@@ -7,7 +7,7 @@ import {
   type Progress,
   type StoredResult,
 } from "./applies.js";
-import { type CandidateStore, eligibleAt, type MinAge } from "./candidates.js";
+import { type CandidateStore, type MinAge, waitsFor } from "./candidates.js";
 import { ApplyFailedError, HookFailedError, isSystemError } from "./errors.js";
 import {
   type HookContext,
@@ -19,12 +19,7 @@ import {
   type PackageLine,
 } from "./hooks/hooks.js";
 import type { PackageLock } from "./mutex.js";
-import type {
-  ApplyListener,
-  ApplyProgress,
-  PackageManager,
-  PackageUpdate,
-} from "./packages/package-manager.js";
+import type { ApplyListener, ApplyProgress, PackageManager } from "./packages/package-manager.js";
 import type { Reboots } from "./restarts/reboot.js";
 import type { ServiceToRestart } from "./restarts/restart-scan.js";
 import type { RestartFinder } from "./restarts/services-restart.js";
@@ -146,11 +141,6 @@ export class ApplyRun {
     this.closed = true;
   }
 
-  /** When `version` of `u` reaches its minimum age, from when a check first offered it (see `eligibleAt`). */
-  private eligibleAt(u: PackageUpdate, version: string, min: MinAge): string | undefined {
-    return eligibleAt(u, version, this.o.candidates.firstSeen(u.name, u.arch, version), min, this.o.now());
-  }
-
   private async install(row: ApplyRow): Promise<Installed> {
     const id = row.id;
     this.o.store.transition(id, "downloading");
@@ -165,7 +155,7 @@ export class ApplyRun {
     const listener: ApplyListener = {
       planned: (updates) => this.o.store.update(id, { planned: updates }),
       progress: (p) => this.onProgress(id, p),
-      ...(minAge ? { eligibleAt: (u, version) => this.eligibleAt(u, version, minAge) } : {}),
+      ...(minAge ? { eligibleAt: waitsFor(this.o.candidates, minAge, this.o.now) } : {}),
       beforeUpgrade: (updates) => this.preApply(row, linesOfUpdates(updates)),
     };
     const changes = await this.o.manager.apply(row.update_type, listener, exclude);

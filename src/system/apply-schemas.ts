@@ -5,6 +5,32 @@ import { EXCLUDE_PATTERN, MAX_EXCLUDES } from "./packages/exclude.js";
 
 /* The schemas of apply-updates and of an apply's status: its states, what it changed, its reboot. */
 
+/** What an apply leaves out besides the holds; a download ahead of it takes the same. */
+const Selection = {
+  min_age_days: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      maximum: 365,
+      description:
+        "Default 0. A regular update's version must have been offered this many days (since the agent's checks first saw it, `first_seen_at`) to be installed; a younger one waits, in `held_back` with reason `deferred` and `eligible_at`. What needs it waits with it.",
+    }),
+  ),
+  security_min_age_days: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      maximum: 365,
+      description: "Default 0. The same for a security update's version.",
+    }),
+  ),
+  exclude: Type.Optional(
+    Type.Array(Type.String({ pattern: EXCLUDE_PATTERN }), {
+      maxItems: MAX_EXCLUDES,
+      description:
+        "Package name patterns (shell globs: `*`, `?`, `[...]`) kept out of the apply, on top of the holds: such an update is not installed and shows in the result's `held_back` with reason `excluded`.",
+    }),
+  ),
+};
+
 export const ApplyUpdatesRequestSchema = Type.Object(
   {
     update_type: StringEnum(["security", "full"], {
@@ -25,28 +51,7 @@ export const ApplyUpdatesRequestSchema = Type.Object(
           "Optional. Receives a signed `system_update` event (the apply's status) at each state change, in order, through the durable outbox; absolute http(s), no credentials.",
       }),
     ),
-    min_age_days: Type.Optional(
-      Type.Integer({
-        minimum: 0,
-        maximum: 365,
-        description:
-          "Default 0. A regular update's version must have been offered this many days (since the agent's checks first saw it, `first_seen_at`) to be installed; a younger one waits, in `held_back` with reason `deferred` and `eligible_at`. What needs it waits with it.",
-      }),
-    ),
-    security_min_age_days: Type.Optional(
-      Type.Integer({
-        minimum: 0,
-        maximum: 365,
-        description: "Default 0. The same for a security update's version.",
-      }),
-    ),
-    exclude: Type.Optional(
-      Type.Array(Type.String({ pattern: EXCLUDE_PATTERN }), {
-        maxItems: MAX_EXCLUDES,
-        description:
-          "Package name patterns (shell globs: `*`, `?`, `[...]`) kept out of the apply, on top of the holds: such an update is not installed and shows in the result's `held_back` with reason `excluded`.",
-      }),
-    ),
+    ...Selection,
   },
   { additionalProperties: false, $id: "ApplyUpdatesRequest", title: "ApplyUpdatesRequest" },
 );
@@ -287,4 +292,20 @@ export const ApplyStatusSchema = Type.Object(
 export const ApplyIdParamsSchema = Type.Object(
   { apply_id: Type.String({ pattern: "^[1-9][0-9]{0,15}$", description: "The apply's id." }) },
   { additionalProperties: false },
+);
+
+export const DownloadUpdatesRequestSchema = Type.Object(
+  {
+    update_type: StringEnum(["security", "full"], {
+      description: "Download what an apply of this type would install (the same selection, holds included).",
+    }),
+    ...Selection,
+  },
+  {
+    additionalProperties: false,
+    $id: "DownloadUpdatesRequest",
+    title: "DownloadUpdatesRequest",
+    description:
+      "`exclude`, `min_age_days` and `security_min_age_days` as for an apply: what an apply with them would not install is not downloaded (a maintenance schedule's download ahead takes its own).",
+  },
 );

@@ -58,6 +58,18 @@ export function eligibleAt(
   return at > now ? new Date(at).toISOString() : undefined;
 }
 
+/**
+ * The `eligibleAt` of an apply or a download with the minimum ages `min`: counted from the first sightings
+ * the candidates store holds, on the clock `now`.
+ */
+export function waitsFor(
+  candidates: Pick<CandidateStore, "firstSeen">,
+  min: MinAge,
+  now: () => number,
+): (u: PackageUpdate, version: string) => string | undefined {
+  return (u, version) => eligibleAt(u, version, candidates.firstSeen(u.name, u.arch, version), min, now());
+}
+
 /** A candidate version as the compliance view reads it. */
 export interface Candidate {
   name: string;

@@ -153,15 +153,6 @@ export const SystemStatusSchema = Type.Object(
   },
 );
 
-export const DownloadUpdatesRequestSchema = Type.Object(
-  {
-    update_type: StringEnum(["security", "full"], {
-      description: "Download what an apply of this type would install (the same selection, holds included).",
-    }),
-  },
-  { additionalProperties: false, $id: "DownloadUpdatesRequest", title: "DownloadUpdatesRequest" },
-);
-
 export const DownloadResultSchema = Type.Object(
   {
     update_type: StringEnum(["security", "full"]),

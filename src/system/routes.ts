@@ -11,14 +11,10 @@ import {
   ApplyResultSchema,
   ApplyStatusSchema,
   ApplyUpdatesRequestSchema,
+  DownloadUpdatesRequestSchema,
 } from "./apply-schemas.js";
 import { minAgeOf } from "./candidates.js";
-import {
-  CheckQuerySchema,
-  DownloadResultSchema,
-  DownloadUpdatesRequestSchema,
-  SystemStatusSchema,
-} from "./check-schemas.js";
+import { CheckQuerySchema, DownloadResultSchema, SystemStatusSchema } from "./check-schemas.js";
 import { ComplianceSchema } from "./compliance.js";
 import { ApplyHistoryQuerySchema, ApplyHistorySchema } from "./history-schemas.js";
 import { ScheduleRequestSchema, ScheduleSchema } from "./schedule/schemas.js";
@@ -209,7 +205,10 @@ export function registerSystemRoutes(
   );
 
   app.post("/v1/system/download-updates", { schema: downloadUpdates }, async (request) =>
-    service.download(request.body.update_type),
+    service.download(request.body.update_type, {
+      exclude: request.body.exclude ?? [],
+      minAge: minAgeOf(request.body),
+    }),
   );
 
   app.get("/v1/system/apply-history", { schema: listApplyHistory }, async (request) => ({

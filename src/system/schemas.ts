@@ -4,6 +4,7 @@ import {
   ApplyResultSchema,
   ApplyStatusSchema,
   ApplyUpdatesRequestSchema,
+  DownloadUpdatesRequestSchema,
   HookRecordSchema,
   RebootReportSchema,
   RecoverySchema,
@@ -11,7 +12,6 @@ import {
 import {
   AdvisorySchema,
   DownloadResultSchema,
-  DownloadUpdatesRequestSchema,
   PackageUpdateSchema,
   ServiceToRestartSchema,
   SystemStatusSchema,

@@ -5,7 +5,7 @@ import { type Metrics, type PackageOperationOutcome, secondsSince } from "../met
 import type { Db } from "../store/db.js";
 import { ApplyStore, type ApplyTrigger } from "./applies.js";
 import { ApplyRun, type RebootWindow } from "./apply-run.js";
-import { CandidateStore, eligibleAt, type MinAge } from "./candidates.js";
+import { CandidateStore, eligibleAt, type MinAge, waitsFor } from "./candidates.js";
 import { type Compliance, complianceOf } from "./compliance.js";
 import { DiskGuard } from "./disk-guard.js";
 import { ApplyFailedError, PackageManagerBusyError } from "./errors.js";
@@ -271,11 +271,16 @@ export class SystemService {
    * Downloads what an apply of `type` would install, without installing; one at a time with checks and
    * applies. The disk guard comes first (`InsufficientStorageError`).
    */
-  async download(type: UpdateType): Promise<DownloadResult> {
+  async download(
+    type: UpdateType,
+    selection: Pick<ApplyOrigin, "exclude" | "minAge"> = {},
+  ): Promise<DownloadResult> {
     await this.guard.check("download", type);
+    const { exclude = [], minAge } = selection;
+    const listener = minAge ? { eligibleAt: waitsFor(this.candidates, minAge, this.o.now) } : {};
     return this.lock.run(async () => {
       const started = new Date();
-      const r = await this.o.manager.download(type);
+      const r = await this.o.manager.download(type, listener, exclude);
       const finished = new Date();
       const ms = finished.getTime() - started.getTime();
       this.o.log.info(

@@ -215,6 +215,29 @@ test("a reboot the agent did not schedule is recorded and shown in the status; t
   assert.ok(Date.parse(s.boot.last_reboot.detected_at) <= Date.now());
 });
 
+test("download-updates leaves out, as an apply would, what exclude names and what is too young for the minimum age", async (t) => {
+  const h = await setup(t);
+  const r = await h.call({
+    method: "POST",
+    url: "/v1/system/download-updates",
+    // Every version is first seen now: a day's minimum defers the regular updates, not the security fix.
+    payload: { update_type: "full", exclude: ["labsec"], min_age_days: 1 },
+  });
+  assert.equal(r.statusCode, 200, r.body);
+  assert.deepEqual(r.json().downloaded, []);
+  assert.deepEqual(r.json().packages, []);
+  const security = await h.call({
+    method: "POST",
+    url: "/v1/system/download-updates",
+    payload: { update_type: "full", exclude: ["lab[kr]*"], min_age_days: 0 },
+  });
+  assert.equal(security.statusCode, 200, security.body);
+  assert.deepEqual(
+    security.json().downloaded.map((f: { file: string }) => f.file),
+    ["labsec_1.1_all.deb", "labslow_1.1_all.deb"],
+  );
+});
+
 test("download-updates fills the cache without installing; the apply after it downloads nothing", async (t) => {
   const h = await setup(t);
   const before = await h.sandbox.installed();

@@ -11,6 +11,7 @@ import {
   type ApplyListener,
   type ApplyProgress,
   applyUpdates,
+  type DownloadListener,
   type DownloadResult,
   downloadUpdates,
   type HeldReason,
@@ -139,8 +140,12 @@ export class AptPackageManager implements PackageManager, UpgradeSteps {
     return applyUpdates(this, type, listener, exclude);
   }
 
-  download(type: UpdateType): Promise<DownloadResult> {
-    return downloadUpdates(this, type);
+  download(
+    type: UpdateType,
+    listener?: DownloadListener,
+    exclude?: readonly string[],
+  ): Promise<DownloadResult> {
+    return downloadUpdates(this, type, listener, exclude);
   }
 
   async cachedFiles(): Promise<Map<string, number>> {

@@ -21,6 +21,7 @@ import {
   type ApplyListener,
   type ApplyProgress,
   applyUpdates,
+  type DownloadListener,
   type DownloadResult,
   downloadUpdates,
   type InstalledPackage,
@@ -162,8 +163,12 @@ export class DnfPackageManager implements PackageManager, UpgradeSteps {
     return applyUpdates(this, type, listener, exclude);
   }
 
-  download(type: UpdateType): Promise<DownloadResult> {
-    return downloadUpdates(this, type);
+  download(
+    type: UpdateType,
+    listener?: DownloadListener,
+    exclude?: readonly string[],
+  ): Promise<DownloadResult> {
+    return downloadUpdates(this, type, listener, exclude);
   }
 
   /** The packages under dnf's cache folder (`cachedir` of its configuration, inside the install root). */

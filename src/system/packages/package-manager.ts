@@ -112,6 +112,9 @@ export interface ApplyListener {
   beforeUpgrade?(updates: PackageUpdate[]): Promise<void>;
 }
 
+/** What a download asks of an apply's listener: the minimum age its updates wait for. */
+export type DownloadListener = Pick<ApplyListener, "eligibleAt">;
+
 /** One file a download put into the package manager's cache. */
 export interface DownloadedFile {
   file: string;
@@ -160,8 +163,15 @@ export interface PackageManager {
    * exclude.ts) names; says what changed.
    */
   apply(type: UpdateType, listener?: ApplyListener, exclude?: readonly string[]): Promise<ApplyChanges>;
-  /** Refreshes and downloads what `apply(type)` would install into the manager's cache; installs nothing. */
-  download(type: UpdateType): Promise<DownloadResult>;
+  /**
+   * Refreshes and downloads what `apply(type, listener, exclude)` would install into the manager's cache;
+   * installs nothing.
+   */
+  download(
+    type: UpdateType,
+    listener?: DownloadListener,
+    exclude?: readonly string[],
+  ): Promise<DownloadResult>;
   /**
    * Before an apply: finds a run of the package manager left unfinished (`afterInterruption`: the agent's
    * previous apply was cut short) and repairs or reports it; null when there was nothing to do.
@@ -198,29 +208,47 @@ export const packageKey = (p: { name: string; arch: string }) => `${p.name}\u000
  * The apply flow both adapters share: the plan comes from a fresh check, the result from comparing the
  * installed packages before and after, so the answer says what really happened, not what was planned.
  */
-export async function applyUpdates(
-  steps: UpgradeSteps,
+/**
+ * What an apply (or the download ahead of it) of `type` leaves out of the updates `found`: the held ones,
+ * those `exclude` names, and those too young for the listener's minimum age (`waiting`: name -> when it is
+ * eligible), kept out by name as an exclusion is (`keptOut`, the names for the package manager).
+ */
+function selection(
+  found: readonly PackageUpdate[],
   type: UpdateType,
-  listener: ApplyListener = {},
-  exclude: readonly string[] = [],
-): Promise<ApplyChanges> {
+  listener: DownloadListener,
+  exclude: readonly string[],
+) {
   const excluded = excludedBy(exclude);
-  const planned = (await steps.check()).filter((u) => type === "full" || u.security);
+  const planned = found.filter((u) => type === "full" || u.security);
   const versionOf = (u: PackageUpdate) =>
     type === "security" && u.security_version ? u.security_version : u.new_version;
-  // Too young for the apply's minimum age: kept out by name, as an exclusion is.
   const waiting = new Map<string, string>();
   for (const u of planned) {
     const at = u.held || excluded(u.name) ? undefined : listener.eligibleAt?.(u, versionOf(u));
     if (at !== undefined) waiting.set(u.name, at);
   }
   const kept = (name: string) => excluded(name) || waiting.has(name);
+  const going = planned.filter((u) => !u.held && !kept(u.name));
+  return { planned, going, excluded, waiting, kept, versionOf, keptOut: [...exclude, ...waiting.keys()] };
+}
+
+export async function applyUpdates(
+  steps: UpgradeSteps,
+  type: UpdateType,
+  listener: ApplyListener = {},
+  exclude: readonly string[] = [],
+): Promise<ApplyChanges> {
+  const { planned, going, excluded, waiting, kept, versionOf, keptOut } = selection(
+    await steps.check(),
+    type,
+    listener,
+    exclude,
+  );
   listener.planned?.(planned);
   const before = await steps.installed();
-  const anyToInstall = planned.some((u) => !u.held && !kept(u.name));
-  const keptOut = [...exclude, ...waiting.keys()];
+  const anyToInstall = going.length > 0;
   if (anyToInstall) {
-    const going = planned.filter((u) => !u.held && !kept(u.name));
     await listener.beforeUpgrade?.(going.map((u) => ({ ...u, new_version: versionOf(u) })));
     await steps.upgrade(type, { progress: listener.progress, exclude: keptOut });
   }
@@ -257,11 +285,16 @@ export async function applyUpdates(
 }
 
 /** The download both adapters share: the same selection as an apply, the result read from the cache. */
-export async function downloadUpdates(steps: UpgradeSteps, type: UpdateType): Promise<DownloadResult> {
-  const planned = (await steps.check()).filter((u) => (type === "full" || u.security) && !u.held);
+export async function downloadUpdates(
+  steps: UpgradeSteps,
+  type: UpdateType,
+  listener: DownloadListener = {},
+  exclude: readonly string[] = [],
+): Promise<DownloadResult> {
+  const { going: planned, keptOut } = selection(await steps.check(), type, listener, exclude);
   if (planned.length === 0) return { planned, files: [], bytes: 0 };
   const before = await steps.cachedFiles();
-  await steps.upgrade(type, { downloadOnly: true });
+  await steps.upgrade(type, { downloadOnly: true, exclude: keptOut });
   const files: DownloadedFile[] = [];
   for (const [path, bytes] of await steps.cachedFiles())
     if (before.get(path) !== bytes) files.push({ file: path.slice(path.lastIndexOf("/") + 1), bytes });

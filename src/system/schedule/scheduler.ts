@@ -146,7 +146,8 @@ export class Scheduler {
 
   private downloadAhead(slot: Slot, s: Schedule): void {
     this.downloads.add(slot.start);
-    this.o.system.download(s.update_type).then(
+    // What the slot's apply will install: its exclusions and minimum ages left out, as the apply leaves them.
+    this.o.system.download(s.update_type, { exclude: s.exclude ?? [], minAge: minAgeOf(s) }).then(
       (r) =>
         this.o.log.info(
           { slot_start: iso(slot.start), files: r.downloaded.length, bytes: r.bytes },
