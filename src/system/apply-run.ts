@@ -31,8 +31,11 @@ export interface ApplyRunOptions {
   lock: PackageLock;
   reboots: Reboots;
   restarts: Pick<RestartFinder, "find">;
-  /** The candidates' first sightings: what an apply installed is no longer pending. */
-  candidates: Pick<CandidateStore, "installed" | "firstSeen">;
+  /**
+   * The candidates' first sightings: the apply's own check records them, as a check does (so that a version
+   * first offered at an apply ages from then); what an apply installed is no longer pending.
+   */
+  candidates: Pick<CandidateStore, "installed" | "firstSeen" | "seen">;
   /** The host's hooks, run before and after the package manager changes packages. */
   hooks: Pick<Hooks, "run">;
   /** The clock of the applies' times and of their windows' ends. */
@@ -153,6 +156,7 @@ export class ApplyRun {
     const exclude = row.exclude === null ? [] : (JSON.parse(row.exclude) as string[]);
     const minAge = row.min_age === null ? undefined : (JSON.parse(row.min_age) as MinAge);
     const listener: ApplyListener = {
+      checked: (found) => this.o.candidates.seen(found, new Date(this.o.now()).toISOString()),
       planned: (updates) => this.o.store.update(id, { planned: updates }),
       progress: (p) => this.onProgress(id, p),
       ...(minAge ? { eligibleAt: waitsFor(this.o.candidates, minAge, this.o.now) } : {}),

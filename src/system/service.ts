@@ -16,6 +16,7 @@ import {
   highestSeverity,
   type PackageManager,
   type PackageManagerName,
+  type PackageUpdate,
   SEVERITIES,
   type Severity,
   type UpdateType,
@@ -277,7 +278,12 @@ export class SystemService {
   ): Promise<DownloadResult> {
     await this.guard.check("download", type);
     const { exclude = [], minAge } = selection;
-    const listener = minAge ? { eligibleAt: waitsFor(this.candidates, minAge, this.o.now) } : {};
+    const listener = {
+      // Its check records first sightings, as an apply's does.
+      checked: (found: readonly PackageUpdate[]) =>
+        this.candidates.seen(found, new Date(this.o.now()).toISOString()),
+      ...(minAge ? { eligibleAt: waitsFor(this.candidates, minAge, this.o.now) } : {}),
+    };
     return this.lock.run(async () => {
       const started = new Date();
       const r = await this.o.manager.download(type, listener, exclude);

@@ -126,6 +126,33 @@ test("minimum age: a version offered today waits while an older security fix app
   assert.deepEqual(hostPackageState(), hostBefore, "the host's own packages are untouched");
 });
 
+test("with applies alone (no check between them), a version first offered at an apply ages from then, and goes once old enough", async (t) => {
+  const sandbox = await createAptSandbox(t, later, { install: ["agea=1.0", "ageb=1.0", "agec=1.0"] });
+  let offset = 0;
+  const { call } = await buildTestApp(t, aptAgentEnv(sandbox), { now: () => Date.now() + offset });
+  const apply = async () => {
+    const r = await call({
+      method: "POST",
+      url: "/v1/system/apply-updates",
+      payload: { update_type: "full", min_age_days: 2, security_min_age_days: 2 },
+    });
+    assert.equal(r.statusCode, 200, r.body);
+    return r.json() as Applied;
+  };
+  const first = await apply();
+  assert.deepEqual(first.upgraded, []);
+  const eligible = first.held_back.find((h) => h.name === "ageb")?.eligible_at;
+  assert.ok(eligible, JSON.stringify(first.held_back));
+  // A day on: still too young, and still eligible at the same time (its first sighting was kept).
+  offset = DAY;
+  const second = await apply();
+  assert.deepEqual(second.upgraded, []);
+  assert.equal(second.held_back.find((h) => h.name === "ageb")?.eligible_at, eligible);
+  offset = Date.parse(eligible) + 1000 - Date.now();
+  const third = await apply();
+  assert.deepEqual(third.upgraded.map((u) => u.name).sort(), ["agea", "ageb", "agec"]);
+});
+
 test("dnf: the same, an eligible security update waiting with the regular one it needs", async (t) => {
   const release: RpmSpec = { name: "hk-release", version: "9", provides: "system-release(releasever) = 9" };
   const base: RpmSpec[] = [

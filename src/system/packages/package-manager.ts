@@ -98,6 +98,8 @@ export interface ApplyProgress {
 
 /** What an apply reports while it runs: the planned updates once known, then its progress. */
 export interface ApplyListener {
+  /** The check the apply (or download) starts with, whole: every update offered, in scope or not. */
+  checked?(found: readonly PackageUpdate[]): void;
   planned?(updates: PackageUpdate[]): void;
   progress?(p: ApplyProgress): void;
   /**
@@ -112,8 +114,8 @@ export interface ApplyListener {
   beforeUpgrade?(updates: PackageUpdate[]): Promise<void>;
 }
 
-/** What a download asks of an apply's listener: the minimum age its updates wait for. */
-export type DownloadListener = Pick<ApplyListener, "eligibleAt">;
+/** What a download asks of an apply's listener: its check, and the minimum age its updates wait for. */
+export type DownloadListener = Pick<ApplyListener, "checked" | "eligibleAt">;
 
 /** One file a download put into the package manager's cache. */
 export interface DownloadedFile {
@@ -239,8 +241,10 @@ export async function applyUpdates(
   listener: ApplyListener = {},
   exclude: readonly string[] = [],
 ): Promise<ApplyChanges> {
+  const found = await steps.check();
+  listener.checked?.(found);
   const { planned, going, excluded, waiting, kept, versionOf, keptOut } = selection(
-    await steps.check(),
+    found,
     type,
     listener,
     exclude,
@@ -291,7 +295,9 @@ export async function downloadUpdates(
   listener: DownloadListener = {},
   exclude: readonly string[] = [],
 ): Promise<DownloadResult> {
-  const { going: planned, keptOut } = selection(await steps.check(), type, listener, exclude);
+  const found = await steps.check();
+  listener.checked?.(found);
+  const { going: planned, keptOut } = selection(found, type, listener, exclude);
   if (planned.length === 0) return { planned, files: [], bytes: 0 };
   const before = await steps.cachedFiles();
   await steps.upgrade(type, { downloadOnly: true, exclude: keptOut });
