@@ -207,10 +207,6 @@ export interface UpgradeSteps {
 export const packageKey = (p: { name: string; arch: string }) => `${p.name}\u0000${p.arch}`;
 
 /**
- * The apply flow both adapters share: the plan comes from a fresh check, the result from comparing the
- * installed packages before and after, so the answer says what really happened, not what was planned.
- */
-/**
  * What an apply (or the download ahead of it) of `type` leaves out of the updates `found`: the held ones,
  * those `exclude` names, and those too young for the listener's minimum age (`waiting`: name -> when it is
  * eligible), kept out by name as an exclusion is (`keptOut`, the names for the package manager).
@@ -235,6 +231,10 @@ function selection(
   return { planned, going, excluded, waiting, kept, versionOf, keptOut: [...exclude, ...waiting.keys()] };
 }
 
+/**
+ * The apply flow both adapters share: the plan comes from a fresh check, the result from comparing the
+ * installed packages before and after, so the answer says what really happened, not what was planned.
+ */
 export async function applyUpdates(
   steps: UpgradeSteps,
   type: UpdateType,
