@@ -269,8 +269,9 @@ export class SystemService {
   }
 
   /**
-   * Downloads what an apply of `type` would install, without installing; one at a time with checks and
-   * applies. The disk guard comes first (`InsufficientStorageError`).
+   * Downloads what an apply of `type` (with `selection`'s exclusions and minimum ages) would install,
+   * without installing; one at a time with checks and applies. The disk guard comes first
+   * (`InsufficientStorageError`).
    */
   async download(
     type: UpdateType,
