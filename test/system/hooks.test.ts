@@ -165,7 +165,8 @@ test("apt: a pre-apply hook that fails refuses the apply, naming it, and nothing
 });
 
 test("apt: a pre-apply hook past its time-out is stopped with what it started, and refuses the apply", async (t) => {
-  const s = await aptSetup(t, { HOSTKEEPER_HOOK_TIMEOUT_S: "1" });
+  // 3 s: time for the shell to write its child's PID and a line even on a loaded machine.
+  const s = await aptSetup(t, { HOSTKEEPER_HOOK_TIMEOUT_S: "3" });
   const pidFile = s.hooks.marker("child");
   s.hooks.add("pre-apply", "10-slow", `sleep 600 &\necho $! > ${pidFile}\necho waiting\nwait`);
   const r = await s.apply();
