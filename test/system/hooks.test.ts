@@ -175,6 +175,14 @@ test("apt: a pre-apply hook past its time-out is stopped with what it started, a
   assert.equal(problem.hook.outcome, "timed_out");
   assert.match(problem.detail, /^pre-apply hook 10-slow ran past its time-out .* its output ends: waiting$/);
   const child = Number(readFileSync(pidFile, "utf8"));
+  // Should the agent have left it running, the test stops it.
+  t.after(() => {
+    try {
+      process.kill(child, "SIGKILL");
+    } catch {
+      // gone, as it should be
+    }
+  });
   // Gone, or a zombie waiting for whoever adopted it to reap it: either way it runs no more.
   await waitFor("the hook's child to be gone", () => {
     try {
