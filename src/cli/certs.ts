@@ -1,7 +1,7 @@
 import type { CertificateEntry } from "../certificates/entries.js";
-import { fs } from "../util/node-builtins.js";
-import { CliFailure, connect } from "./agent.js";
+import { connect } from "./agent.js";
 import type { Command } from "./args.js";
+import { readInput } from "./files.js";
 import { cell, fields, print, table } from "./output.js";
 
 /* `hostkeeper certs`: the certificates Caddy serves for the routes' hosts, and custom certificates. */
@@ -70,15 +70,6 @@ const show: Command = {
   },
 };
 
-/** A PEM file's text; a file that cannot be read is said in one line. */
-function pemFile(path: string): string {
-  try {
-    return fs.readFileSync(path, "utf8");
-  } catch (err) {
-    throw new CliFailure(`cannot read ${path}: ${(err as Error).message}`);
-  }
-}
-
 const put: Command = {
   words: ["certs", "put"],
   args: "<name> <certificate.pem> <key.pem>",
@@ -92,7 +83,7 @@ const put: Command = {
   timeoutSeconds: 90,
   run: async (inv) => {
     const [name, certFile, keyFile] = inv.positionals as [string, string, string];
-    const body = { certificate_pem: pemFile(certFile), key_pem: pemFile(keyFile) };
+    const body = { certificate_pem: readInput(certFile), key_pem: readInput(keyFile) };
     const answer = await connect(inv.timeoutMs).call("PUT", certPath(name), { body });
     print(inv.json ? answer.text : certFields(JSON.parse(answer.text) as Certificate));
     return 0;

@@ -1,6 +1,6 @@
-import { fs } from "../util/node-builtins.js";
 import { CliFailure, connect } from "./agent.js";
 import { type Command, UsageError, usageLine } from "./args.js";
+import { readJsonInput } from "./files.js";
 import { cell, fields, print, table } from "./output.js";
 import { routeLogCommands } from "./route-log.js";
 
@@ -153,18 +153,7 @@ function fromFile(inv: Invoked, usage: string): Record<string, unknown> {
       usage,
     );
   const file = inv.options.file as string;
-  let text: string;
-  try {
-    text = fs.readFileSync(file === "-" ? 0 : file, "utf8");
-  } catch (err) {
-    throw new CliFailure(`cannot read ${file}: ${(err as Error).message}`);
-  }
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (err) {
-    throw new CliFailure(`${file} is not JSON: ${(err as Error).message}`);
-  }
+  const value = readJsonInput(file);
   if (typeof value !== "object" || value === null || Array.isArray(value))
     throw new CliFailure(`${file} must hold a JSON object: the write request`);
   return value as Record<string, unknown>;

@@ -1,7 +1,7 @@
 import type { ScheduleView } from "../system/schedule/service.js";
-import { fs } from "../util/node-builtins.js";
 import { connect } from "./agent.js";
 import { type Command, type Invocation, UsageError, usageLine } from "./args.js";
+import { readJsonInput } from "./files.js";
 import { cell, fields, print, table } from "./output.js";
 
 const PATH = "/v1/system/schedule";
@@ -71,17 +71,7 @@ function scheduleBody(inv: Invocation): unknown {
     const given = WINDOW_FLAGS.filter((f) => o[f] !== undefined);
     if (given.length > 0)
       throw new UsageError(`--file cannot be combined with --${given.join(", --")}`, usage);
-    let text: string;
-    try {
-      text = fs.readFileSync(file === "-" ? 0 : file, "utf8");
-    } catch (err) {
-      throw new UsageError(`--file ${file}: ${(err as Error).message}`, usage);
-    }
-    try {
-      return JSON.parse(text);
-    } catch (err) {
-      throw new UsageError(`--file ${file} is not JSON: ${(err as Error).message}`, usage);
-    }
+    return readJsonInput(file);
   }
   const missing = ["days", "start", "duration"].filter((f) => o[f] === undefined);
   if (missing.length > 0)

@@ -121,8 +121,12 @@ describe("schedule", () => {
     const notJson = join(dir, "bad.json");
     writeFileSync(notJson, "{windows");
     const bad = await runCli(["schedule", "set", "--file", notJson], agent.env);
-    assert.equal(bad.code, 2);
-    assert.match(bad.stderr, /is not JSON/);
+    // As for routes add --file: the command line was right, the file it names is not.
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /bad\.json is not JSON/);
+    const gone = await runCli(["schedule", "set", "--file", join(dir, "no-such.json")], agent.env);
+    assert.equal(gone.code, 1);
+    assert.match(gone.stderr, /cannot read .*no-such\.json/);
 
     // What only the agent knows is its to say, naming the field.
     const late = await runCli(
