@@ -60,6 +60,9 @@ function servicesOf(stored: StoredResult["services_restart_required"]): ServiceT
   return stored.map((s) => (typeof s === "string" ? { unit: s, pids: [], files: [] } : s));
 }
 
+/** The host's hooks apply `row` ran, in order; none before any ran. */
+export const hooksOf = (row: ApplyRow): HookRecord[] => json<HookRecord[]>(row.hooks) ?? [];
+
 /** An apply's package lists and reboot flags from its stored result; empty until it is over. */
 export function changesOf(stored: string | null) {
   const result = json<StoredResult>(stored);
@@ -106,7 +109,6 @@ export interface ApplyFields {
   reboot?: RebootReport;
   reboot_at?: string | null;
   reboot_left_out?: number;
-  hooks?: HookRecord[];
 }
 
 /**
@@ -234,6 +236,11 @@ export class ApplyStore {
       .run({ ...values, id, now: this.isoNow() });
   }
 
+  /** Adds `records` after the hooks apply `id` ran so far (no event). */
+  addHooks(id: number, records: readonly HookRecord[]): void {
+    this.db.transaction(() => this.update(id, { hooks: [...hooksOf(this.get(id)), ...records] }))();
+  }
+
   /** Sends the apply's event again without a change of state: what changed since is in it (its post-reboot hooks). */
   announce(id: number): void {
     this.enqueueEvent(id);
@@ -284,7 +291,7 @@ export class ApplyStore {
       reboot_at: row.reboot_at,
       reboot: json<RebootReport>(row.reboot),
       recovery: json<Recovery>(row.recovery),
-      hooks: json<HookRecord[]>(row.hooks) ?? [],
+      hooks: hooksOf(row),
       error: json<{ code: string; detail: string }>(row.error),
       history: this.statesStmt.all(row.id) as ApplyStatus["history"],
       started_at: row.started_at,

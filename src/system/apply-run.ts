@@ -2,6 +2,7 @@ import type { Logger } from "pino";
 import {
   type ApplyRow,
   type ApplyStore,
+  hooksOf,
   NO_PROGRESS,
   nextProgress,
   type Progress,
@@ -72,8 +73,6 @@ const UNEXPECTED: ApplyError = {
 export class ApplyRun {
   /** Progress of the applies under way (persisted at each state change). */
   private readonly live = new Map<number, Progress>();
-  /** The hooks each apply under way ran so far (persisted after each stage). */
-  private readonly hooksRun = new Map<number, HookRecord[]>();
   /** The applies past their pre-apply hooks, with the packages they set out to change. */
   private readonly upgrading = new Map<number, PackageLine[]>();
   private closed = false;
@@ -104,7 +103,7 @@ export class ApplyRun {
         update_type: row.update_type,
         package_manager: this.o.manager.name,
         ...result,
-        hooks: this.hooksRun.get(id) ?? [],
+        hooks: hooksOf(this.o.store.get(id)),
         started_at: new Date(row.started_at).toISOString(),
         ...this.finish(row, "succeeded", null, result, note),
       };
@@ -203,10 +202,7 @@ export class ApplyRun {
   /** Runs a stage's hooks and records them with the apply's earlier ones. */
   private async hooks(row: ApplyRow, stage: HookRecord["stage"], ctx: HookContext): Promise<HookRecord[]> {
     const records = await this.o.hooks.run(stage, ctx);
-    if (records.length === 0) return records;
-    const all = [...(this.hooksRun.get(row.id) ?? []), ...records];
-    this.hooksRun.set(row.id, all);
-    this.o.store.update(row.id, { hooks: all });
+    if (records.length > 0) this.o.store.addHooks(row.id, records);
     return records;
   }
 
@@ -242,7 +238,6 @@ export class ApplyRun {
     const ms = finished.getTime() - new Date(row.started_at).getTime();
     const progress = this.live.get(row.id);
     this.live.delete(row.id);
-    this.hooksRun.delete(row.id);
     const reboot = result?.reboot_scheduled ? this.o.reboots.plan() : null;
     this.o.store.transition(
       row.id,

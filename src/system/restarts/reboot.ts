@@ -4,7 +4,7 @@ import type { Db } from "../../store/db.js";
 import { CHILD_ENV, childEnv, spawnChild } from "../../util/child-env.js";
 import { settledWithin } from "../../util/timers.js";
 import { type ApplyRow, type ApplyStore, changesOf, newRebootReport, rebootReportOf } from "../applies.js";
-import { type HookRecord, type Hooks, linesOfChanges } from "../hooks/hooks.js";
+import { type Hooks, linesOfChanges } from "../hooks/hooks.js";
 import type { PackageManager } from "../packages/package-manager.js";
 import type { RebootReport } from "../schemas.js";
 import { type Boot, BootLog, type BootSources, currentBoot } from "./boot.js";
@@ -118,8 +118,7 @@ export class Reboots {
         outcome: "succeeded",
       });
       if (records.length === 0 || this.closed) return;
-      const earlier = JSON.parse(this.o.store.get(row.id).hooks ?? "[]") as HookRecord[];
-      this.o.store.update(row.id, { hooks: [...earlier, ...records] });
+      this.o.store.addHooks(row.id, records);
       this.o.store.announce(row.id);
     } catch (err) {
       this.o.log.error({ err, apply_id: row.id }, "the post-reboot hooks could not be run or recorded");
