@@ -8,7 +8,7 @@ import {
   type Progress,
   type StoredResult,
 } from "./applies.js";
-import { type CandidateStore, type MinAge, waitsFor } from "./candidates.js";
+import { type CandidateStore, type MinAge, sightings } from "./candidates.js";
 import { ApplyFailedError, HookFailedError, isSystemError } from "./errors.js";
 import {
   type HookContext,
@@ -155,10 +155,9 @@ export class ApplyRun {
     const exclude = row.exclude === null ? [] : (JSON.parse(row.exclude) as string[]);
     const minAge = row.min_age === null ? undefined : (JSON.parse(row.min_age) as MinAge);
     const listener: ApplyListener = {
-      checked: (found) => this.o.candidates.seen(found, new Date(this.o.now()).toISOString()),
       planned: (updates) => this.o.store.update(id, { planned: updates }),
       progress: (p) => this.onProgress(id, p),
-      ...(minAge ? { eligibleAt: waitsFor(this.o.candidates, minAge, this.o.now) } : {}),
+      ...sightings(this.o.candidates, minAge, this.o.now),
       beforeUpgrade: (updates) => this.preApply(row, linesOfUpdates(updates)),
     };
     const changes = await this.o.manager.apply(row.update_type, listener, exclude);

@@ -1,5 +1,5 @@
 import type { Db, Migration } from "../store/db.js";
-import type { PackageUpdate } from "./packages/package-manager.js";
+import type { DownloadListener, PackageUpdate } from "./packages/package-manager.js";
 
 export const candidateMigrations: Migration[] = [
   {
@@ -59,15 +59,24 @@ export function eligibleAt(
 }
 
 /**
- * The `eligibleAt` of an apply or a download with the minimum ages `min`: counted from the first sightings
- * the candidates store holds, on the clock `now`.
+ * What an apply or a download asks of the candidates: its check records first sightings (as check-updates
+ * does, so that a version first offered at an apply ages from then), and with minimum ages `min`, when each
+ * update is eligible, counted from those sightings on the clock `now`.
  */
-export function waitsFor(
-  candidates: Pick<CandidateStore, "firstSeen">,
-  min: MinAge,
+export function sightings(
+  candidates: Pick<CandidateStore, "firstSeen" | "seen">,
+  min: MinAge | undefined,
   now: () => number,
-): (u: PackageUpdate, version: string) => string | undefined {
-  return (u, version) => eligibleAt(u, version, candidates.firstSeen(u.name, u.arch, version), min, now());
+): DownloadListener {
+  return {
+    checked: (found) => candidates.seen(found, new Date(now()).toISOString()),
+    ...(min
+      ? {
+          eligibleAt: (u: PackageUpdate, version: string) =>
+            eligibleAt(u, version, candidates.firstSeen(u.name, u.arch, version), min, now()),
+        }
+      : {}),
+  };
 }
 
 /** A candidate version as the compliance view reads it. */

@@ -5,7 +5,7 @@ import { type Metrics, type PackageOperationOutcome, secondsSince } from "../met
 import type { Db } from "../store/db.js";
 import { ApplyStore, type ApplyTrigger } from "./applies.js";
 import { ApplyRun, type RebootWindow } from "./apply-run.js";
-import { CandidateStore, eligibleAt, type MinAge, waitsFor } from "./candidates.js";
+import { CandidateStore, eligibleAt, type MinAge, sightings } from "./candidates.js";
 import { type Compliance, complianceOf } from "./compliance.js";
 import { DiskGuard } from "./disk-guard.js";
 import { ApplyFailedError, PackageManagerBusyError } from "./errors.js";
@@ -16,7 +16,6 @@ import {
   highestSeverity,
   type PackageManager,
   type PackageManagerName,
-  type PackageUpdate,
   SEVERITIES,
   type Severity,
   type UpdateType,
@@ -279,12 +278,7 @@ export class SystemService {
   ): Promise<DownloadResult> {
     await this.guard.check("download", type);
     const { exclude = [], minAge } = selection;
-    const listener = {
-      // Its check records first sightings, as an apply's does.
-      checked: (found: readonly PackageUpdate[]) =>
-        this.candidates.seen(found, new Date(this.o.now()).toISOString()),
-      ...(minAge ? { eligibleAt: waitsFor(this.candidates, minAge, this.o.now) } : {}),
-    };
+    const listener = sightings(this.candidates, minAge, this.o.now);
     return this.lock.run(async () => {
       const started = new Date();
       const r = await this.o.manager.download(type, listener, exclude);
