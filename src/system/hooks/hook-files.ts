@@ -1,7 +1,7 @@
 import { join, sep } from "node:path";
 import { fs, type Stats } from "../../util/node-builtins.js";
 
-const { lstatSync, readdirSync, realpathSync, statSync } = fs;
+const { lstatSync, readdirSync, realpathSync } = fs;
 /** The sticky bit of a folder's mode (S_ISVTX). */
 const STICKY = 0o1000;
 
@@ -28,55 +28,50 @@ export interface StageHooks {
 /** Names left in a folder by editors and package managers, never hooks: `.x`, `x~`, `x.dpkg-old`, `x.rpmnew`. */
 const NOT_A_HOOK = /^\.|~$|\.dpkg-[a-z]+$|\.rpm(new|save|orig)$/;
 
-/** `path`'s own status (`follow`: its target's); undefined when it is gone meanwhile. */
-function statOrUndefined(path: string, follow = false): Stats | undefined {
+/** `path`'s own status (a link's, not its target's); undefined when it is gone meanwhile. */
+function statOrUndefined(path: string): Stats | undefined {
   try {
-    return follow ? statSync(path) : lstatSync(path);
-  } catch {
-    return undefined;
-  }
-}
-
-/** The path `path` resolves to, links followed; undefined when it is gone meanwhile. */
-function realOrUndefined(path: string): string | undefined {
-  try {
-    return realpathSync(path);
+    return lstatSync(path);
   } catch {
     return undefined;
   }
 }
 
 /**
- * Why `path` may not be used by the agent, running as root, to run what it holds; undefined when it may.
- * Every folder from `/` to it, and it, must be root's and writable by no one else, as a link's target too:
- * whoever can write a folder on the way can put another file in its place. A folder writable by all with
- * the sticky bit (`/tmp`) passes when it is root's: there, only an entry's owner may rename or remove it,
- * and the next entry must be root's.
+ * Whether the agent, running as root, may use `path` to run what it holds: its real path (links resolved)
+ * and that file's status, or why not. Every folder from `/` to it, and it, must be root's and writable by
+ * no one else, as a link's target too: whoever can write a folder on the way can put another file in its
+ * place. A folder writable by all with the sticky bit (`/tmp`) passes when it is root's: there, only an
+ * entry's owner may rename or remove it, and the next entry must be root's.
  */
-export function notRootOnly(path: string): string | undefined {
+function rootOnly(path: string): { real: string; stat: Stats } | { reason: string } {
   let real: string;
   try {
     real = realpathSync(path);
   } catch (err) {
-    return `cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`;
+    return { reason: `cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})` };
   }
   const parts = real.split(sep).filter((p) => p !== "");
+  let st: Stats | undefined;
   for (let i = 0; i <= parts.length; i++) {
     const at = `${sep}${parts.slice(0, i).join(sep)}`;
-    const st = statOrUndefined(at);
-    if (st === undefined) return `cannot be read (${at} is gone)`;
+    st = statOrUndefined(at);
+    if (st === undefined) return { reason: `cannot be read (${at} is gone)` };
     const what = at === real ? "it" : `the folder ${at} on its path`;
-    if (st.uid !== 0) return `is not safe: ${what} belongs to uid ${st.uid}, not root`;
+    if (st.uid !== 0) return { reason: `is not safe: ${what} belongs to uid ${st.uid}, not root` };
     const sticky = st.isDirectory() && (st.mode & STICKY) !== 0;
     if ((st.mode & 0o022) !== 0 && !(sticky && at !== real))
-      return `is not safe: ${what} is writable by ${(st.mode & 0o002) !== 0 ? "all users" : "its group"}`;
+      return {
+        reason: `is not safe: ${what} is writable by ${(st.mode & 0o002) !== 0 ? "all users" : "its group"}`,
+      };
   }
-  return undefined;
+  // The last status read is the real path's own.
+  return st === undefined ? { reason: "cannot be read" } : { real, stat: st };
 }
 
 /**
  * The hooks of `stage` in the hooks folder `dir`: its entries in name order (byte order, as `run-parts`
- * in the C locale), each checked by `notRootOnly`. A missing folder holds none; an unsafe one refuses all.
+ * in the C locale), each checked by `rootOnly`. A missing folder holds none; an unsafe one refuses all.
  */
 export function stageHooks(dir: string, stage: HookStage): StageHooks {
   const folder = join(dir, stage);
@@ -90,9 +85,9 @@ export function stageHooks(dir: string, stage: HookStage): StageHooks {
     out.refused.push({ name: `${stage}/`, reason: `${folder} cannot be read (${code ?? String(err)})` });
     return out;
   }
-  const unsafe = notRootOnly(folder);
-  if (unsafe !== undefined && names.length > 0) {
-    out.refused.push({ name: `${stage}/`, reason: `${folder} ${unsafe}` });
+  const unsafe = rootOnly(folder);
+  if ("reason" in unsafe && names.length > 0) {
+    out.refused.push({ name: `${stage}/`, reason: `${folder} ${unsafe.reason}` });
     return out;
   }
   const sorted = names
@@ -100,19 +95,13 @@ export function stageHooks(dir: string, stage: HookStage): StageHooks {
     .sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
   for (const name of sorted) {
     const path = join(folder, name);
-    const reason = notRootOnly(path);
-    if (reason !== undefined) {
-      out.refused.push({ name, reason: `${path} ${reason}` });
-      continue;
-    }
-    const st = statOrUndefined(path, true);
-    const real = st?.isFile() ? realOrUndefined(path) : undefined;
-    if (st?.isDirectory()) continue;
-    if (st === undefined) out.refused.push({ name, reason: `${path} cannot be read` });
-    else if (!st.isFile()) out.refused.push({ name, reason: `${path} is not a regular file` });
-    else if ((st.mode & 0o100) === 0) out.skipped.push({ name, reason: `${path} is not executable` });
-    else if (real === undefined) out.refused.push({ name, reason: `${path} cannot be read` });
-    else out.run.push({ name, path: real });
+    const checked = rootOnly(path);
+    if ("reason" in checked) out.refused.push({ name, reason: `${path} ${checked.reason}` });
+    else if (checked.stat.isDirectory()) continue;
+    else if (!checked.stat.isFile()) out.refused.push({ name, reason: `${path} is not a regular file` });
+    else if ((checked.stat.mode & 0o100) === 0)
+      out.skipped.push({ name, reason: `${path} is not executable` });
+    else out.run.push({ name, path: checked.real });
   }
   return out;
 }
