@@ -8,6 +8,10 @@ import type { TokenRegistry } from "./access/tokens.js";
 import { accessLogProblem } from "./access-logs/problems.js";
 import { registerAccessLogRoutes } from "./access-logs/routes.js";
 import type { AccessLogService } from "./access-logs/service.js";
+import { agentUpdateProblem } from "./agent-update/problems.js";
+import { registerAgentUpdateRoutes } from "./agent-update/routes.js";
+import { agentUpdateSharedSchemas } from "./agent-update/schemas.js";
+import { agentUpdateMigrations } from "./agent-update/store.js";
 import { CaddyAdmin } from "./caddy/admin.js";
 import { onDemandMigrations } from "./certificates/on-demand-store.js";
 import { certificatesProblem } from "./certificates/problems.js";
@@ -133,6 +137,7 @@ export async function buildApp({
     ...operatorMigrations,
     ...auditMigrations,
     ...onDemandMigrations,
+    ...agentUpdateMigrations,
   ]);
   const access = buildAccess(config, db, logger, now);
   const app = createFastify(config.agent, access.access.check, logger, serverFactory);
@@ -187,13 +192,19 @@ async function registerEdge(app: App, { access, audit }: Access, now: () => numb
     operatorProblem,
     accessProblem,
     accessLogProblem,
+    agentUpdateProblem,
   ]);
   answerExpectations(app, access.check);
   limitRequestBodies(app);
   registerAccessControl(app, access, auditMutations(app, audit, now));
   hideSecretsFromReaders(app);
   app.addSchema(ProblemSchema);
-  for (const s of [...proxySharedSchemas, ...certificatesSharedSchemas, ...operatorSharedSchemas])
+  for (const s of [
+    ...proxySharedSchemas,
+    ...certificatesSharedSchemas,
+    ...operatorSharedSchemas,
+    ...agentUpdateSharedSchemas,
+  ])
     app.addSchema(s);
 }
 
@@ -209,6 +220,7 @@ function registerRoutes(app: App, areas: Areas, { audit, tokens }: Access, gener
   registerAccessLogRoutes(app, areas.accessLogs);
   registerSystemRoutes(app, areas.system, areas.schedule, areas.deny);
   registerOperatorRoutes(app, areas.operator, areas.deny);
+  registerAgentUpdateRoutes(app, areas.agentUpdate, areas.deny);
   registerEventRoutes(app, areas.outbox);
   registerMetricsRoutes(app, areas.metrics);
   registerAccessRoutes(app, audit, tokens);

@@ -1,6 +1,7 @@
 import { resolve } from "node:path";
 import { accessSettings } from "./access/settings.js";
 import { accessLogSettings } from "./access-logs/settings.js";
+import { agentUpdateSettings } from "./agent-update/settings.js";
 import { checkIssuancePairs } from "./caddy/issuance-settings.js";
 import { certificateSettings } from "./certificates/settings.js";
 import {
@@ -116,6 +117,7 @@ export const settingGroups = {
   accessLogs: accessLogSettings,
   system: systemSettings,
   operator: operatorSettings,
+  agentUpdate: agentUpdateSettings,
 };
 
 type Groups = typeof settingGroups;

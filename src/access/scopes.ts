@@ -9,6 +9,8 @@ export const SCOPES = [
   "system:write",
   "operator:read",
   "operator:write",
+  "agent:read",
+  "agent:write",
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 /** A scope a token holds or a route requires. */
@@ -18,7 +20,7 @@ export const GRANTS: readonly Grant[] = [...SCOPES, "*"];
 export const isGrant = (s: unknown): s is Grant => typeof s === "string" && (GRANTS as string[]).includes(s);
 
 /** The areas whose routes get their scope from the path and the method. */
-const AREA = /^\/v1\/(proxy|system|operator)(?:\/|$)/;
+const AREA = /^\/v1\/(proxy|system|operator|agent)(?:\/|$)/;
 
 /**
  * The scope of a route that declares none: `/v1/<area>/...` needs `<area>:read` to read and `<area>:write`

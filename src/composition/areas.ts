@@ -2,6 +2,7 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { AccessLogKeeper } from "../access-logs/keeper.js";
 import { AccessLogService } from "../access-logs/service.js";
+import { AgentUpdateService } from "../agent-update/service.js";
 import type { AccessLogFiles } from "../caddy/access-log-json.js";
 import type { CaddyAdmin } from "../caddy/admin.js";
 import { agentCaddyFields, fieldsAtStart, issuerApplied } from "../caddy/agent-fields.js";
@@ -56,6 +57,7 @@ export interface Areas {
   system: SystemService;
   schedule: ScheduleService;
   operator: OperatorService;
+  agentUpdate: AgentUpdateService;
   health: HealthService;
 }
 
@@ -116,6 +118,7 @@ export function buildAreas(
     dataDir: agent.dataDir,
     log: logger.child({ component: "operator" }),
   });
+  const agentUpdate = buildAgentUpdate(config, db, outbox, logger);
   metrics.readCaddyRestarts(() => embeddedCaddy?.status().restarts ?? 0);
   const health = new HealthService({
     db,
@@ -124,6 +127,7 @@ export function buildAreas(
     embedded: embeddedCaddy,
     system,
     operator,
+    agentUpdate,
     outbox,
   });
   return {
@@ -136,8 +140,14 @@ export function buildAreas(
     system,
     schedule,
     operator,
+    agentUpdate,
     health,
   };
+}
+
+/** The agent's own self-update. */
+function buildAgentUpdate(config: AppConfig, db: Db, outbox: Outbox, logger: Logger): AgentUpdateService {
+  return new AgentUpdateService({ db, outbox, config, log: logger.child({ component: "agent-update" }) });
 }
 
 interface Shared {

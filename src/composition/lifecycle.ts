@@ -47,10 +47,15 @@ export function manageLifecycle(
     areas.schedule.start();
     areas.operator.start();
   });
+  // Once the API listens: an agent started by its own update says it is ready only when it answers.
+  app.addHook("onListen", async () => {
+    areas.agentUpdate.start(async () => (await areas.health.readiness()).status === "ready");
+  });
   app.addHook("onClose", async () => {
     tokens.close();
     await pruneAudit.stop();
     await areas.operator.close();
+    await areas.agentUpdate.close();
     areas.accessLogs.close();
     await areas.onDemandAsk.close();
     areas.schedule.close();

@@ -1,4 +1,5 @@
 import { type Static, Type } from "@sinclair/typebox";
+import { AgentUpdateStatusSchema } from "../agent-update/schemas.js";
 import { ActiveInstanceSchema } from "../operator/schemas.js";
 import { RefTo, StringEnum } from "../util/typebox.js";
 
@@ -156,6 +157,9 @@ export const AgentStatusSchema = Type.Object(
       },
       { additionalProperties: false },
     ),
+    agent_update: Type.Union([RefTo(AgentUpdateStatusSchema), Type.Null()], {
+      description: "The agent's newest self-update (`POST /v1/agent/update`); null before the first.",
+    }),
     readiness: RefTo(ReadinessSchema),
   },
   {

@@ -1,3 +1,4 @@
+import type { AgentUpdateService } from "../agent-update/service.js";
 import { type CaddyAdmin, CaddyApiError, type CallOptions } from "../caddy/admin.js";
 import { CaddyConfig } from "../caddy/config.js";
 import { PerLoad } from "../caddy/last-load.js";
@@ -27,6 +28,7 @@ export interface HealthServiceOptions {
   embedded: SupervisedCaddy | undefined;
   system: SystemService;
   operator: OperatorService;
+  agentUpdate: Pick<AgentUpdateService, "newest">;
   outbox: Outbox;
 }
 
@@ -126,6 +128,7 @@ export class HealthService {
       },
       boot: this.o.system.bootStatus(),
       operator: { active_instance: this.o.operator.activeInstance() },
+      agent_update: this.o.agentUpdate.newest(),
       readiness,
     };
   }

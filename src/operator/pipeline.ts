@@ -1,17 +1,15 @@
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { fs } from "../util/node-builtins.js";
 import { ArtifactAuthentication, type Authentication } from "./artifacts/authentication.js";
-import { Downloader } from "./artifacts/download.js";
+import type { Downloader } from "./artifacts/download.js";
 import { moveIntoPlace } from "./artifacts/files.js";
 import { parseTrustedKeys } from "./artifacts/minisign.js";
-import { ArtifactSource } from "./artifacts/source.js";
+import type { ArtifactSource } from "./artifacts/source.js";
+import { artifactTransport } from "./artifacts/transport.js";
 import { type UpdateErrorCode, UpdateFailure } from "./failure.js";
 import type { UpdateState } from "./schemas.js";
 import { otherSlot, type Slot, type SlotRow, type UpdateRow } from "./store.js";
 import type { UpdateContext } from "./update-context.js";
-
-const { readFileSync } = fs;
 
 /** The pipeline's states: nothing has touched the operator's route yet. */
 export const BEFORE_SWITCH: ReadonlySet<UpdateState> = new Set([
@@ -45,22 +43,7 @@ export class UpdatePipeline {
     env: NodeJS.ProcessEnv,
   ) {
     const c = ctx.config;
-    this.source = new ArtifactSource({
-      allowHttp: c.allowHttp,
-      s3Endpoint: c.s3Endpoint,
-      s3Region: c.s3Region,
-      s3PathStyle: c.s3PathStyle,
-      env,
-    });
-    this.downloader = new Downloader({
-      source: this.source,
-      extraCa: c.caFile === undefined ? undefined : readFileSync(c.caFile, "utf8"),
-      maxBytes: c.maxArtifactBytes,
-      idleTimeoutMs: c.downloadIdleTimeoutMs,
-      totalTimeoutMs: c.downloadTimeoutMs,
-      retries: c.downloadRetries,
-      retryDelayMs: c.retryDelayMs,
-    });
+    ({ source: this.source, downloader: this.downloader } = artifactTransport(c, env));
     this.authentication = new ArtifactAuthentication({
       source: this.source,
       downloader: this.downloader,

@@ -104,6 +104,8 @@ describe("every route needs its scopes, walked over the server's own route table
     assert.equal(scopes["POST /v1/system/check-updates"], "system:write");
     assert.equal(scopes["POST /v1/operator/update"], "operator:write");
     assert.equal(scopes["GET /v1/operator/running-instance"], "operator:read");
+    assert.equal(scopes["POST /v1/agent/update"], "agent:write");
+    assert.equal(scopes["GET /v1/agent/update/:id"], "agent:read");
   });
 
   test("the single HOSTKEEPER_TOKEN holds every scope beside the tokens file", async (t) => {

@@ -53,6 +53,7 @@ describe("status", () => {
     assert.equal(s.status.status, 200);
     assert.equal(s.status.error, null);
     assert.deepEqual(Object.keys(s.status.body).sort(), [
+      "agent_update",
       "boot",
       "caddy",
       "operator",

@@ -71,6 +71,8 @@ const BASELINES: Record<string, Record<string, unknown>> = {
     update_type: "security",
     reboot: "never",
   },
+  // Refused without update keys (409): nothing is fetched.
+  startAgentUpdate: { version: "1.0.0" },
   startOperatorUpdate: {
     callback_url: "http://127.0.0.1:9/hook",
     update_process_id: "fuzz-1",

@@ -43,10 +43,13 @@ export class ArtifactSource {
     this.endpoint = new URL(o.s3Endpoint ?? `https://s3.${this.region}.amazonaws.com`);
   }
 
-  /** The URL of `<source>/<version>/<file>`; `source` has passed `sourceProblem`. */
+  /**
+   * The URL of `<source>/<version>/<file>` (of `<source>/<file>` for an empty version: a package's own
+   * folder); `source` has passed `sourceProblem`.
+   */
   locate(source: string, version: string, file: string): URL {
     const url = new URL(source);
-    const tail = `${encodeURIComponent(version)}/${encodeURIComponent(file)}`;
+    const tail = `${version === "" ? "" : `${encodeURIComponent(version)}/`}${encodeURIComponent(file)}`;
     if (url.protocol !== "s3:") return new URL(`${source.replace(/\/+$/, "")}/${tail}`);
     const prefix = trimSlashes(url.pathname);
     const key = prefix ? `${prefix}/${tail}` : tail;
