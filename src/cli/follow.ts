@@ -61,11 +61,36 @@ export function summaryLines(s: ApplyStatus): string[] {
   return [...lines, ...restartLine(s.services_restart_required)];
 }
 
+/** Where the live line or the plain lines go: a terminal gets one line rewritten in place. */
+export const terminal = () => ({ tty: process.stdout.isTTY === true, columns: process.stdout.columns });
+
 /** Writes the live line over the previous one. */
-function writeLive(line: string, columns: number | undefined): void {
+export function writeLive(line: string, columns: number | undefined): void {
   const cut = columns !== undefined && columns > 1 ? line.slice(0, columns - 1) : line;
   process.stdout.write(`\r\x1b[2K${cut}`);
 }
+
+/**
+ * Runs `work` with a signal that SIGINT aborts instead of ending the process: for commands that follow
+ * something until it ends or Ctrl-C. The handler is removed once `work` settles.
+ */
+export async function untilInterrupted<T>(work: (stop: AbortSignal) => Promise<T>): Promise<T> {
+  const stop = new AbortController();
+  const onSigint = () => stop.abort();
+  process.on("SIGINT", onSigint);
+  try {
+    return await work(stop.signal);
+  } finally {
+    process.removeListener("SIGINT", onSigint);
+  }
+}
+
+/** Waits `ms`; false when `stop` (SIGINT) aborted meanwhile. */
+export const pause = (ms: number, stop: AbortSignal): Promise<boolean> =>
+  sleep(ms, stop).then(
+    () => true,
+    () => false,
+  );
 
 /**
  * Follows apply `id` until its package work is over: a live line on a terminal, a line per change
@@ -79,13 +104,10 @@ export async function follow(
   o: FollowOptions,
   first?: string,
 ): Promise<number> {
-  const stop = new AbortController();
-  const onSigint = () => stop.abort();
-  process.on("SIGINT", onSigint);
   let text = first;
   let printed = "";
   let live = false;
-  try {
+  return untilInterrupted(async (stop) => {
     for (;;) {
       text ??= await statusText(client, id);
       const s = JSON.parse(text) as ApplyStatus;
@@ -100,8 +122,7 @@ export async function follow(
         return finished(s, o.json);
       }
       text = undefined;
-      await sleep(POLL_MS, stop.signal).catch(() => undefined);
-      if (stop.signal.aborted) {
+      if (!(await pause(POLL_MS, stop))) {
         if (live) process.stdout.write("\n");
         process.stderr.write(
           `hostkeeper: stopped following; apply ${id} goes on: follow it again with hostkeeper updates follow ${id}\n`,
@@ -109,9 +130,7 @@ export async function follow(
         return INTERRUPTED_EXIT;
       }
     }
-  } finally {
-    process.removeListener("SIGINT", onSigint);
-  }
+  });
 }
 
 /** The apply's status; an agent out of reach (restarting, say) is said with how to follow the apply again. */

@@ -2,6 +2,7 @@
 import { ConfigError } from "../config.js";
 import { packageVersion } from "../paths.js";
 import { ApiProblem } from "./agent.js";
+import { agentUpdateCommands } from "./agent-update.js";
 import { type Command, commandHelp, parseInvocation, UsageError, usageLine, wantsHelp } from "./args.js";
 import { certsCommands } from "./certs.js";
 import { configCommands } from "./config.js";
@@ -38,6 +39,7 @@ const commands: Command[] = [
   ...updatesCommands,
   ...scheduleCommands,
   ...operatorCommands,
+  ...agentUpdateCommands,
   ...configCommands,
   ...tokenCommands,
 ];
@@ -48,6 +50,7 @@ const groups: Record<string, string> = {
   updates: "System package updates: check, apply and follow an apply, and the history of applies.",
   schedule: "The maintenance schedule: the windows the agent applies updates in on its own.",
   operator: "The operator's running instance and its updates.",
+  agent: "The agent itself: update it to another version.",
   config: "The agent's configuration.",
   token: "The agent's API tokens: show the agent's own, rotate one.",
 };
@@ -72,7 +75,8 @@ function topHelp(): string {
     "Every command but serve takes --json (the API's JSON as it came) and those that call the agent --timeout.",
     "The agent is found, and its token read, the way the agent itself reads its configuration.",
     "Exit codes: 0 success; 1 failure (a problem from the agent, the agent not reachable, the token",
-    "not readable); 2 usage error or invalid configuration; 130 following an apply stopped by Ctrl-C.",
+    "not readable); 2 usage error or invalid configuration; 130 following an apply or an agent update",
+    "stopped by Ctrl-C.",
     "",
   ].join("\n");
 }

@@ -1,7 +1,6 @@
-import { sleep } from "../util/timers.js";
 import { connect } from "./agent.js";
 import { type Command, positiveInteger } from "./args.js";
-import { INTERRUPTED_EXIT } from "./follow.js";
+import { INTERRUPTED_EXIT, pause, untilInterrupted } from "./follow.js";
 import { print } from "./output.js";
 
 /* `hostkeeper routes log`: a route's access log, its newest lines or a live tail. */
@@ -80,9 +79,6 @@ const log: Command = {
 
 /** Prints `first`'s entries, then each new one every POLL_MS until SIGINT; resolves with 130 then. */
 async function follow(first: string, read: (n: number) => Promise<string>, json: boolean): Promise<number> {
-  const stop = new AbortController();
-  const onSigint = () => stop.abort();
-  process.on("SIGINT", onSigint);
   let last: string | undefined;
   const take = (text: string) => {
     const entries = JSON.parse(text) as LogEntry[];
@@ -92,16 +88,13 @@ async function follow(first: string, read: (n: number) => Promise<string>, json:
       print(json ? (texts[i] as string) : entryLine(entries[i] as LogEntry));
     last = texts.at(-1) ?? last;
   };
-  try {
+  return untilInterrupted(async (stop) => {
     take(first);
     for (;;) {
-      await sleep(POLL_MS, stop.signal).catch(() => undefined);
-      if (stop.signal.aborted) return INTERRUPTED_EXIT;
+      if (!(await pause(POLL_MS, stop))) return INTERRUPTED_EXIT;
       take(await read(FOLLOW_LINES));
     }
-  } finally {
-    process.removeListener("SIGINT", onSigint);
-  }
+  });
 }
 
 export const routeLogCommands: Command[] = [log];

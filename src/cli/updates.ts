@@ -3,7 +3,7 @@ import type { ApplyRecord, ApplyStatus, DownloadResult, SystemStatus } from "../
 import { plural } from "../util/text.js";
 import { type AgentClient, connect } from "./agent.js";
 import { type Command, type Invocation, positiveInteger, UsageError, usageLine } from "./args.js";
-import { follow, restartLine, seconds } from "./follow.js";
+import { follow, restartLine, seconds, terminal } from "./follow.js";
 import { cell, print, table } from "./output.js";
 
 type CheckAnswer = Omit<SystemStatus, "updates"> & { updates: PackageUpdate[] };
@@ -103,9 +103,6 @@ const history: Command = {
     return 0;
   },
 };
-
-/** Where the live line or the plain lines go: a terminal gets one line rewritten in place. */
-const terminal = () => ({ tty: process.stdout.isTTY === true, columns: process.stdout.columns });
 
 /** `--download-only`: the synchronous download-updates, with the time it has taken so far on a terminal. */
 async function downloadOnly(client: AgentClient, type: string, inv: Invocation): Promise<number> {

@@ -1,4 +1,5 @@
-import { type SpawnOptions, spawn } from "node:child_process";
+import { type ChildProcess, type SpawnOptions, spawn } from "node:child_process";
+import { once } from "node:events";
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -92,4 +93,71 @@ export function problemLine(stderr: string): { status: number; code: string; det
   const m = /^hostkeeper: (\d{3}) ([a-z_]+): (.*)$/.exec(lines[0] as string);
   if (!m) throw new Error(`not a problem line: ${JSON.stringify(lines[0])}`);
   return { status: Number(m[1]), code: m[2] as string, detail: m[3] as string };
+}
+
+/** An empty config file for a CLI the test starts, removed when the test ends. */
+function emptyConfig(t: After): string {
+  const dir = mkdtempSync(join(tmpdir(), "hk-cli-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  writeFileSync(join(dir, "config.json"), "{}");
+  return join(dir, "config.json");
+}
+
+/** Kills `child` by its PID if it outlives the test. */
+function killAfter(t: After, child: ChildProcess): void {
+  t.after(() => {
+    if (child.pid !== undefined && child.exitCode === null) process.kill(child.pid, "SIGKILL");
+  });
+}
+
+/** Runs the CLI in a pseudo-terminal (util-linux `script`), as on the host's own terminal; stopped by PID. */
+export async function runInTerminal(t: After, args: readonly string[], env: Record<string, string>) {
+  const child = spawn("script", ["-qec", [process.execPath, CLI, ...args].join(" "), "/dev/null"], {
+    env: { PATH: process.env.PATH, HOSTKEEPER_CONFIG: emptyConfig(t), ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  killAfter(t, child);
+  let stdout = "";
+  child.stdout.on("data", (d: Buffer) => {
+    stdout += d.toString();
+  });
+  const [code] = (await once(child, "close")) as [number | null];
+  return { code, stdout };
+}
+
+export interface RunningCli {
+  child: ChildProcess;
+  /** What it has written so far. */
+  stdout: () => string;
+  stderr: () => string;
+  /** Sends it SIGINT, as Ctrl-C does, and resolves with its exit code. */
+  interrupt: () => Promise<number | null>;
+}
+
+/** Starts the CLI as runCli does, left running (for Ctrl-C); killed by its PID if the test ends first. */
+export function startCli(t: After, args: readonly string[], env: Record<string, string>): RunningCli {
+  const child = spawn(process.execPath, [CLI, ...args], {
+    env: { PATH: process.env.PATH, HOSTKEEPER_CONFIG: emptyConfig(t), ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  killAfter(t, child);
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d: Buffer) => {
+    stdout += d.toString();
+  });
+  child.stderr.on("data", (d: Buffer) => {
+    stderr += d.toString();
+  });
+  return {
+    child,
+    stdout: () => stdout,
+    stderr: () => stderr,
+    interrupt: async () => {
+      const closed = once(child, "close");
+      process.kill(child.pid as number, "SIGINT");
+      const [code] = (await closed) as [number | null];
+      return code;
+    },
+  };
 }

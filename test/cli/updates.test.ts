@@ -1,6 +1,4 @@
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { once } from "node:events";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,7 +13,7 @@ import {
 import { hostPackageState } from "../helpers/host-state.js";
 import { rebootMarker } from "../helpers/processes.js";
 import { waitFor } from "../helpers/wait.js";
-import { CLI, problemLine, runCli, startCliAgent } from "./support.js";
+import { problemLine, runCli, runInTerminal, startCli, startCliAgent } from "./support.js";
 
 // Taken first: the host's package state, compared by the last test.
 const hostBefore = hostPackageState();
@@ -47,26 +45,6 @@ async function sandboxAgent(t: TestContext, debs: DebSpec[], env: Record<string,
 
 /** A progress line off a terminal: `apply 1 installing: downloaded 0/0, installed 1/2, clisec (0.4 s)`. */
 const PROGRESS = /^apply \d+ [a-z_]+: downloaded (-|\d+\/\d+), installed (-|\d+\/\d+)(, \S+)? \(\d+\.\d s\)$/;
-
-/** Runs the CLI in a pseudo-terminal (util-linux `script`), as on the host's own terminal; stopped by PID. */
-async function runInTerminal(t: TestContext, args: readonly string[], env: Record<string, string>) {
-  const dir = mkdtempSync(join(tmpdir(), "hk-cli-tty-"));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  writeFileSync(join(dir, "config.json"), "{}");
-  const child = spawn("script", ["-qec", [process.execPath, CLI, ...args].join(" "), "/dev/null"], {
-    env: { PATH: process.env.PATH, HOSTKEEPER_CONFIG: join(dir, "config.json"), ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  t.after(() => {
-    if (child.pid !== undefined && child.exitCode === null) process.kill(child.pid, "SIGKILL");
-  });
-  let stdout = "";
-  child.stdout.on("data", (d: Buffer) => {
-    stdout += d.toString();
-  });
-  const [code] = (await once(child, "close")) as [number | null];
-  return { code, stdout };
-}
 
 describe("updates", () => {
   test("history of an agent that never applied: empty, and the API's range for --limit", async (t) => {
@@ -253,33 +231,13 @@ describe("updates", () => {
     const release = join(sandbox.root, "release-clislow");
     // Lets the postinst go on if the test fails (the sandbox may be gone by then).
     t.after(() => existsSync(sandbox.root) && writeFileSync(release, ""));
-    const dir = mkdtempSync(join(tmpdir(), "hk-cli-int-"));
-    t.after(() => rmSync(dir, { recursive: true, force: true }));
-    writeFileSync(join(dir, "config.json"), "{}");
-    const cli = spawn(process.execPath, [CLI, "updates", "apply", "--full"], {
-      env: { PATH: process.env.PATH, HOSTKEEPER_CONFIG: join(dir, "config.json"), ...agent.env },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    t.after(() => {
-      if (cli.pid !== undefined && cli.exitCode === null) process.kill(cli.pid, "SIGKILL");
-    });
-    let stdout = "";
-    let stderr = "";
-    cli.stdout.on("data", (d: Buffer) => {
-      stdout += d.toString();
-    });
-    cli.stderr.on("data", (d: Buffer) => {
-      stderr += d.toString();
-    });
+    const cli = startCli(t, ["updates", "apply", "--full"], agent.env);
     await waitFor("the CLI to show clislow installing", () =>
-      /^apply 1 installing: .*, clislow /m.test(stdout) ? true : undefined,
+      /^apply 1 installing: .*, clislow /m.test(cli.stdout()) ? true : undefined,
     );
-    const exited = once(cli, "close");
-    process.kill(cli.pid as number, "SIGINT");
-    const [code] = (await exited) as [number | null];
-    assert.equal(code, 130, stderr);
+    assert.equal(await cli.interrupt(), 130, cli.stderr());
     assert.equal(
-      stderr,
+      cli.stderr(),
       "hostkeeper: stopped following; apply 1 goes on: follow it again with hostkeeper updates follow 1\n",
     );
     const status = await agent.call({ method: "GET", url: "/v1/system/applies/1" });

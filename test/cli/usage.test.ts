@@ -19,6 +19,7 @@ const COMMANDS = [
   ["updates", "follow"],
   ["updates", "history"],
   ["operator", "status"],
+  ["agent", "update"],
   ["config", "check"],
   ["token", "show"],
   ["token", "rotate"],
@@ -58,7 +59,7 @@ describe("help and version", () => {
       if (words[0] !== "serve") assert.match(r.stdout, /^ {2}--json /m);
     });
 
-  for (const group of ["routes", "updates", "operator", "config", "token"])
+  for (const group of ["routes", "updates", "operator", "agent", "config", "token"])
     test(`${group} --help lists its commands`, async () => {
       const r = await runCli([group, "-h"], {});
       assert.equal(r.code, 0, r.stderr);

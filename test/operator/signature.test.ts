@@ -12,31 +12,15 @@ import type { HostedFile } from "../helpers/artifact-servers.js";
 import { startArtifactServer, startS3Server } from "../helpers/artifact-servers.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startReceiver, viaProxy } from "../helpers/http.js";
+import { type MinisignKey, minisignKeypair } from "../helpers/minisign.js";
 import { makeTestCa } from "../helpers/tls.js";
 import { fakeArtifact, instanceReaper, sha256, updater } from "./support.js";
 
 const DOMAIN = "operator-signed.test";
 const creds = { accessKeyId: "AKIDHOSTKEEPERSIGN", secretAccessKey: "sign-secret", region: "test-region-1" };
 
-interface Key {
-  sec: string;
-  /** The base64 line of the public key file. */
-  line: string;
-  /** The whole public key file. */
-  pub: string;
-}
-
-/** A minisign key pair made by the real minisign tool (no password). */
-function keypair(dir: string, name: string): Key {
-  const pub = join(dir, `${name}.pub`);
-  const sec = join(dir, `${name}.key`);
-  execFileSync("minisign", ["-G", "-W", "-p", pub, "-s", sec], { stdio: "pipe" });
-  const text = readFileSync(pub, "utf8");
-  return { sec, pub: text, line: text.split("\n")[1] as string };
-}
-
 /** The `.minisig` the real minisign writes for `body` (prehashed unless `legacy`). */
-function sign(dir: string, key: Key, body: Buffer, comment: string, legacy = false): Buffer {
+function sign(dir: string, key: MinisignKey, body: Buffer, comment: string, legacy = false): Buffer {
   const file = join(dir, `to-sign-${Math.random().toString(36).slice(2)}`);
   writeFileSync(file, body);
   execFileSync("minisign", ["-S", ...(legacy ? ["-l"] : []), "-s", key.sec, "-m", file, "-t", comment], {
@@ -51,9 +35,9 @@ const sumsOf = (artifact: Buffer) =>
 test("signed operator artifacts: minisign signatures decide what runs", { timeout: 120_000 }, async (t) => {
   const dir = mkdtempSync(join(tmpdir(), "hk-sig-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const release = keypair(dir, "release");
-  const second = keypair(dir, "second");
-  const stranger = keypair(dir, "stranger");
+  const release = minisignKeypair(dir, "release");
+  const second = minisignKeypair(dir, "second");
+  const stranger = minisignKeypair(dir, "stranger");
   const ca = makeTestCa(dir);
   const artifacts = await startArtifactServer(t, ca);
   const s3 = await startS3Server(t, ca, creds);
@@ -194,8 +178,8 @@ test("signed operator artifacts: minisign signatures decide what runs", { timeou
 test("HOSTKEEPER_OPERATOR_TRUSTED_KEYS: key lines or whole minisign.pub files; anything else is refused", () => {
   const dir = mkdtempSync(join(tmpdir(), "hk-sig-keys-"));
   try {
-    const a = keypair(dir, "a");
-    const b = keypair(dir, "b");
+    const a = minisignKeypair(dir, "a");
+    const b = minisignKeypair(dir, "b");
     const load = (raw: unknown) =>
       loadConfig({ env: {}, file: { operatorTrustedKeys: raw } }).operator.trustedKeys;
     assert.deepEqual(
@@ -217,7 +201,7 @@ test("HOSTKEEPER_OPERATOR_TRUSTED_KEYS: key lines or whole minisign.pub files; a
 test("a key id is shown as minisign prints it: hex of its little-endian number, without leading zeros", () => {
   const dir = mkdtempSync(join(tmpdir(), "hk-sig-id-"));
   try {
-    const raw = Buffer.from(keypair(dir, "k").line, "base64");
+    const raw = Buffer.from(minisignKeypair(dir, "k").line, "base64");
     // The id's most significant byte (stored last) made 0x0A: minisign prints 15 digits, not 16.
     raw[9] = 0x0a;
     const id = parseTrustedKey(raw.toString("base64")).id;
