@@ -6,15 +6,7 @@
  * queries and a scratch-root install check the packages from outside.
  */
 import assert from "node:assert/strict";
-import {
-  appendFileSync,
-  copyFileSync,
-  existsSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { basename, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { OPENAPI_DOC } from "../../src/http/openapi.js";
@@ -22,6 +14,8 @@ import { packageVersion, projectRoot } from "../../src/paths.js";
 import { testCa } from "../certificates/support.js";
 import { elfMachine, runArm64, startArm64Agent } from "./arm64.js";
 import { Container, check, debianRoot, type RunResult, run } from "./container.js";
+import { debAtVersion } from "./debs.js";
+import { selfUpdateTests } from "./self-update.js";
 
 const version = packageVersion();
 /** The upgrade: the same package rebuilt at a higher version. */
@@ -56,36 +50,6 @@ interface Built {
   /** The arm64 .deb and aarch64 RPM of the same build. */
   armDeb: string;
   armRpm: string;
-}
-
-/**
- * The .deb at `newVersion`: unpacked, its version changed (control file and the agent's package.json), its
- * Caddy binary one byte longer (a new Caddy, as far as the upgrade can tell; it still runs), packed again.
- */
-async function debAtVersion(deb: string, newVersion: string, dir: string): Promise<string> {
-  const tree = join(dir, "next");
-  await check("dpkg-deb", ["-R", deb, tree]);
-  const control = join(tree, "DEBIAN/control");
-  writeFileSync(control, readFileSync(control, "utf8").replace(/^Version: .*$/m, `Version: ${newVersion}`));
-  const pkgJson = "usr/lib/hostkeeper/package.json";
-  const pkg = JSON.parse(readFileSync(join(tree, pkgJson), "utf8")) as { version: string };
-  writeFileSync(join(tree, pkgJson), `${JSON.stringify({ ...pkg, version: newVersion }, null, 2)}\n`);
-  const caddy = "usr/lib/hostkeeper/caddy/caddy";
-  appendFileSync(join(tree, caddy), "\n");
-  const md5sums = join(tree, "DEBIAN/md5sums");
-  let sums = readFileSync(md5sums, "utf8");
-  for (const line of (await check("md5sum", [pkgJson, caddy], { cwd: tree })).trim().split("\n")) {
-    const file = line.slice(line.indexOf("  ") + 2);
-    sums = sums
-      .split("\n")
-      .map((l) => (l.endsWith(`  ${file}`) ? line : l))
-      .join("\n");
-  }
-  writeFileSync(md5sums, sums);
-  const out = join(dir, `hostkeeper_${newVersion}_amd64.deb`);
-  await check("dpkg-deb", ["--root-owner-group", "-Zgzip", "-z1", "-b", tree, out], { timeoutMs: 120_000 });
-  rmSync(tree, { recursive: true, force: true });
-  return out;
 }
 
 /** Sends requests to the route, one after the other, for `seconds`, from inside; counts answers and failures. */
@@ -478,6 +442,19 @@ describe("packages", () => {
         `/usr/lib/hostkeeper/node/bin/node -e "const s = require('tls').connect({ host: '127.0.0.1', port: 443, servername: 'custom.localhost', rejectUnauthorized: false }, () => { console.log(s.getPeerCertificate().serialNumber); s.end(); })"`,
       );
       assert.equal(served.trim().toUpperCase(), listed.serial.toUpperCase());
+    });
+
+    describe("self-update", () => {
+      selfUpdateTests({
+        container: c,
+        installedDeb: () => built.nextDeb,
+        installed: nextVersion,
+        work: () => work,
+        root: () => {
+          if (!rootCopy) throw new Error("no container root");
+          return rootCopy;
+        },
+      });
     });
 
     test("remove stops both units; purge removes the configuration and leaves no unit behind", async () => {
