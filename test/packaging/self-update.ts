@@ -232,7 +232,8 @@ export function selfUpdateTests(s: Setup): void {
       if (pid === 0) await new Promise((r) => setTimeout(r, 100));
     }
     assert.ok(pid > 0, `${unit} never ran`);
-    await c().ok(["kill", "-9", String(pid)]);
+    // kill is the shell's: minbase has no /bin/kill.
+    await c().sh(`kill -9 ${pid}`);
     const done = await finalStatus(c(), u.id, 300_000);
     const journal = await c().ok(["journalctl", "-o", "cat", "--no-pager", "-n", "200"]);
     assert.ok(["completed", "rolled_back"].includes(done.state), `${JSON.stringify(done)}\n${journal}`);
