@@ -1,4 +1,5 @@
 import { type Static, Type } from "@sinclair/typebox";
+import { artifactErrorCodes } from "../operator/failure.js";
 import { NullableString, StringEnum } from "../util/typebox.js";
 
 /** An agent update's states; `completed`, `rolled_back` and `failed` are final. */
@@ -16,16 +17,7 @@ export const FINAL_STATES: ReadonlySet<AgentUpdateState> = new Set(["completed",
 
 /** Why an agent update failed or was rolled back: `error.code` in its status and events. */
 export const agentUpdateErrorCodes = [
-  "source_denied",
-  "artifact_not_found",
-  "artifact_too_large",
-  "download_failed",
-  "checksum_unavailable",
-  "checksum_mismatch",
-  "signature_missing",
-  "signature_unknown_key",
-  "signature_invalid",
-  "signature_mismatch",
+  ...artifactErrorCodes,
   "package_invalid",
   "downgrade_refused",
   "rollback_unavailable",

@@ -1,6 +1,6 @@
 import { parse, setting } from "../config.js";
-import { parseTrustedKey, parseTrustedKeys, trustedKeyLines } from "../operator/artifacts/minisign.js";
 import { sourceProblem } from "../operator/artifacts/source.js";
+import { minisignKeyList } from "../operator/settings.js";
 
 /**
  * The agent's self-update. Packages are fetched with the operator's download settings (HTTP rule, CA file,
@@ -14,13 +14,7 @@ export const agentUpdateSettings = {
     doc: "minisign public keys the agent's own packages must be signed with (the base64 line of a `minisign.pub`; commas, spaces or newlines between several; a list in the config file). Without one, self-update is refused (docs/install.md, Self-update).",
     defaultText: "none (self-update refused)",
     default: [] as string[],
-    parse: (raw) => {
-      const text = Array.isArray(raw) ? raw.map(String).join("\n") : parse.string()(raw);
-      const lines = trustedKeyLines(text);
-      parseTrustedKeys(lines);
-      return lines;
-    },
-    show: (lines) => lines.map((l) => `${l} (key id ${parseTrustedKey(l).id})`).join(", ") || "none",
+    ...minisignKeyList,
   }),
   source: setting({
     key: "agentUpdateSource",

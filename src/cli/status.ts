@@ -169,11 +169,20 @@ function describeFull(r: StatusReport, s: AgentStatus): string {
     ["updates", `${pm.name}${pm.version ? ` ${pm.version}` : ""}, ${updates}`],
     ["patches", patchesText(r.compliance)],
     ["operator", operator],
+    ["self-update", selfUpdateText(s.agent_update)],
     [
       "versions",
       `hostkeeper ${s.versions.agent}, node ${s.versions.node}${s.versions.caddy ? `, caddy ${s.versions.caddy}` : ""}`,
     ],
   ]);
+}
+
+/** The newest self-update: `au_... completed, 0.1.0 -> 0.1.1, at <time>`, or `none`. */
+function selfUpdateText(u: AgentStatus["agent_update"]): string {
+  if (u === null) return "none";
+  const to = u.to_version === null ? "" : ` -> ${u.to_version}`;
+  const why = u.error === null ? "" : ` (${u.error.code})`;
+  return `${u.id} ${u.state}${why}, ${u.from_version}${to}, at ${u.finished_at ?? u.updated_at}`;
 }
 
 function describe(r: StatusReport): string {
@@ -197,7 +206,7 @@ const status: Command = {
   words: ["status"],
   positionals: { min: 0, max: 0 },
   summary:
-    "Show the agent's status: readiness, Caddy, routes, callbacks, updates, patch compliance, operator, versions.",
+    "Show the agent's status: readiness, Caddy, routes, callbacks, updates, patch compliance, operator, self-update, versions.",
   details: [
     "GET /v1/status and GET /v1/system/compliance; without a usable token, GET /readyz (which needs none) for the agent's readiness alone.",
     "Exit code 0 when the agent is ready (its database, Caddy's admin API and Caddy's listeners answer), 1",

@@ -31,14 +31,15 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
   app.get(
     "/v1/events",
     {
-      // The outbox holds the three areas' callbacks (routes', operator updates', applies'), bodies included.
-      config: { scopes: ["proxy:read", "operator:read", "system:read"] },
+      // The outbox holds the four areas' callbacks (routes', operator updates', applies', agent updates'),
+      // bodies included.
+      config: { scopes: ["proxy:read", "operator:read", "system:read", "agent:read"] },
       schema: {
         tags: ["events"],
         operationId: "listEvents",
         summary: "List callback events and their delivery attempts",
         description:
-          "The events of the durable outbox (`route_backup`, `route_change`, `operator_update`, `system_update`), newest first, each with its body and every delivery attempt. Filter by `state` and `type`; at most `limit` events (default 50, at most 500). A token without `proxy:write` reads each basic-auth hash in the bodies as `<redacted>`; the callbacks carry the real ones.",
+          "The events of the durable outbox (`route_backup`, `route_change`, `operator_update`, `system_update`, `agent_update`), newest first, each with its body and every delivery attempt. Filter by `state` and `type`; at most `limit` events (default 50, at most 500). A token without `proxy:write` reads each basic-auth hash in the bodies as `<redacted>`; the callbacks carry the real ones.",
         querystring: EventListQuerySchema,
         response: {
           200: jsonContent(Type.Ref("EventList"), "The events."),
@@ -56,7 +57,7 @@ export function registerEventRoutes(app: App, outbox: Outbox): void {
   app.post(
     "/v1/events/:event_id/redeliver",
     {
-      config: { scopes: ["proxy:write", "operator:write", "system:write"] },
+      config: { scopes: ["proxy:write", "operator:write", "system:write", "agent:write"] },
       schema: {
         tags: ["events"],
         operationId: "redeliverEvent",

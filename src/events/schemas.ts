@@ -26,7 +26,7 @@ export const OutboxEventSchema = Type.Object(
   {
     id: Type.String({ description: "The event's id, sent as `webhook-id` on every attempt: `msg_<uuid>`." }),
     type: Type.String({
-      description: "`route_backup`, `route_change`, `operator_update` or `system_update`.",
+      description: "`route_backup`, `route_change`, `operator_update`, `system_update` or `agent_update`.",
     }),
     url: Type.String({ description: "The callback URL the event is sent to." }),
     state: StringEnum(EVENT_STATES, {

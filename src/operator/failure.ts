@@ -1,5 +1,5 @@
-/** Why an update failed or was rolled back; reported as `error.code` in its status and callbacks. */
-export const updateErrorCodes = [
+/** Why fetching or authenticating a release failed (operator/artifacts): the operator's and the agent's updates'. */
+export const artifactErrorCodes = [
   "source_denied",
   "artifact_not_found",
   "artifact_too_large",
@@ -10,6 +10,11 @@ export const updateErrorCodes = [
   "signature_unknown_key",
   "signature_invalid",
   "signature_mismatch",
+] as const;
+
+/** Why an update failed or was rolled back; reported as `error.code` in its status and callbacks. */
+export const updateErrorCodes = [
+  ...artifactErrorCodes,
   "install_failed",
   "start_failed",
   "health_check_failed",

@@ -14,6 +14,21 @@ function baseUrl(raw: unknown): string | undefined {
   return s.replace(/\/+$/, "");
 }
 
+/**
+ * How a setting of minisign public keys reads and shows (the operator's trusted keys, the agent's update
+ * keys): base64 key lines, `untrusted comment:` lines skipped, a list in the config file.
+ */
+export const minisignKeyList = {
+  parse: (raw: unknown): string[] => {
+    const text = Array.isArray(raw) ? raw.map(String).join("\n") : parse.string()(raw);
+    const lines = trustedKeyLines(text);
+    parseTrustedKeys(lines);
+    return lines;
+  },
+  show: (lines: string[]): string =>
+    lines.map((l) => `${l} (key id ${parseTrustedKey(l).id})`).join(", ") || "none",
+};
+
 export const operatorSettings = {
   ports: setting({
     key: "operatorPorts",
@@ -123,13 +138,7 @@ export const operatorSettings = {
     doc: "minisign public keys (the base64 line of a `minisign.pub`), separated by commas, spaces or newlines (`untrusted comment:` lines are skipped; a list in the config file). When set, an artifact runs only with a valid signature by one of them: `<artifact>.minisig`, else a signed `SHA256SUMS` (`SHA256SUMS.minisig`) listing it. Only minisign's default, prehashed signatures are accepted (docs/api/operator-update.md, Signatures).",
     defaultText: "none (checksums only)",
     default: [] as string[],
-    parse: (raw) => {
-      const text = Array.isArray(raw) ? raw.map(String).join("\n") : parse.string()(raw);
-      const lines = trustedKeyLines(text);
-      parseTrustedKeys(lines);
-      return lines;
-    },
-    show: (lines) => lines.map((l) => `${l} (key id ${parseTrustedKey(l).id})`).join(", ") || "none",
+    ...minisignKeyList,
   }),
   caFile: setting({
     key: "operatorCaFile",

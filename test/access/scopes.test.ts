@@ -91,8 +91,11 @@ describe("every route needs its scopes, walked over the server's own route table
     const scopes = Object.fromEntries(
       agent.app.registeredRoutes().map((r) => [`${r.method} ${r.url}`, r.scopes.join(" ")]),
     );
-    assert.equal(scopes["GET /v1/events"], "proxy:read operator:read system:read");
-    assert.equal(scopes["POST /v1/events/:event_id/redeliver"], "proxy:write operator:write system:write");
+    assert.equal(scopes["GET /v1/events"], "proxy:read operator:read system:read agent:read");
+    assert.equal(
+      scopes["POST /v1/events/:event_id/redeliver"],
+      "proxy:write operator:write system:write agent:write",
+    );
     assert.equal(scopes["GET /v1/status"], "system:read");
     assert.equal(scopes["GET /metrics"], "system:read");
     assert.equal(scopes["GET /v1/openapi.json"], "");

@@ -29,6 +29,7 @@ describe("status", () => {
       "updates",
       "patches",
       "operator",
+      "self-update",
       "versions",
     ]);
     assert.match(
@@ -40,6 +41,7 @@ describe("status", () => {
     assert.match(s.updates ?? "", /^(apt|dnf|none)( \S+)?, never checked$/);
     assert.equal(s.patches, "never checked");
     assert.equal(s.operator, "none installed");
+    assert.equal(s["self-update"], "none");
     assert.equal(s.versions, `hostkeeper ${packageVersion()}, node ${process.version}`);
   });
 

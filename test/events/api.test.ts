@@ -254,7 +254,7 @@ describe("listing: 400 for a query it does not take", () => {
     assert.deepEqual(problem.errors, [
       {
         field: "querystring.type",
-        message: "must be one of: route_backup, route_change, operator_update, system_update",
+        message: "must be one of: route_backup, route_change, operator_update, system_update, agent_update",
       },
     ]);
   });

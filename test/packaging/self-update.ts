@@ -19,6 +19,8 @@ const STRANGER_SOURCE = "http://127.0.0.1:9100/agent-stranger";
 /** The agent's CLI exits at `serve`: a release whose agent never comes up. */
 const BROKEN_MAIN =
   'if (process.argv[2] === "serve") { console.error("broken on purpose"); process.exit(3); }\n';
+/** An update, with its installs and the agent's restarts, takes longer than the suite's default time-out. */
+const LONG = { timeout: 400_000 };
 const ROUTE_CURL = "curl -s --max-time 5 -H 'Host: app.localhost' http://127.0.0.1/";
 
 interface Status {
@@ -116,98 +118,117 @@ export function selfUpdateTests(s: Setup): void {
     await stopTraffic?.().catch(() => undefined);
   });
 
-  test("self-update: set up (keys, releases signed by them and by a stranger); a bad signature and a wrong checksum install nothing", async () => {
-    const work = s.work();
-    const releases = join(s.root(), "var/tmp/releases");
-    const key = minisignKeypair(work, "agent");
-    const stranger = minisignKeypair(work, "stranger");
-    const [goodDeb, brokenDeb, thirdDeb] = await Promise.all([
-      debAtVersion(s.installedDeb(), good, work),
-      debAtVersion(s.installedDeb(), broken, work, (tree) => {
-        const main = "usr/lib/hostkeeper/dist/src/cli/main.js";
-        writeFileSync(join(tree, main), BROKEN_MAIN + readFileSync(join(tree, main), "utf8"));
-        return [main];
-      }),
-      debAtVersion(s.installedDeb(), third, work),
-    ]);
-    publish(join(releases, "agent"), s.installed, s.installedDeb(), key);
-    for (const [v, deb] of [
-      [good, goodDeb],
-      [broken, brokenDeb],
-      [third, thirdDeb],
-    ] as const)
-      publish(join(releases, "agent"), v, deb, key);
-    // The same releases, the new one signed by a key the agent does not trust (the way back is signed well).
-    publish(join(releases, "agent-stranger"), s.installed, s.installedDeb(), key);
-    publish(join(releases, "agent-stranger"), good, goodDeb, stranger);
-    const config = JSON.parse(await c().ok(["cat", "/etc/hostkeeper/config.json"])) as object;
-    const withUpdates = {
-      ...config,
-      agentUpdateKeys: [key.line],
-      agentUpdateSource: SOURCE,
-      agentUpdateTimeoutS: 20,
-    };
-    await c().sh(`cat > /etc/hostkeeper/config.json <<'EOF'\n${JSON.stringify(withUpdates, null, 2)}\nEOF`);
-    await c().ok(["systemctl", "restart", "hostkeeper.service"], { timeoutMs: 90_000 });
-    caddyPid = await mainPid(c(), "hostkeeper-caddy.service");
-    stopTraffic = traffic(c());
-    const agentPid = await mainPid(c(), "hostkeeper.service");
+  test(
+    "self-update: set up (keys, releases signed by them and by a stranger); a bad signature and a wrong checksum install nothing",
+    LONG,
+    async () => {
+      const work = s.work();
+      const releases = join(s.root(), "var/tmp/releases");
+      const key = minisignKeypair(work, "agent");
+      const stranger = minisignKeypair(work, "stranger");
+      const [goodDeb, brokenDeb, thirdDeb] = await Promise.all([
+        debAtVersion(s.installedDeb(), good, work),
+        debAtVersion(s.installedDeb(), broken, work, (tree) => {
+          const main = "usr/lib/hostkeeper/dist/src/cli/main.js";
+          writeFileSync(join(tree, main), BROKEN_MAIN + readFileSync(join(tree, main), "utf8"));
+          return [main];
+        }),
+        debAtVersion(s.installedDeb(), third, work),
+      ]);
+      publish(join(releases, "agent"), s.installed, s.installedDeb(), key);
+      for (const [v, deb] of [
+        [good, goodDeb],
+        [broken, brokenDeb],
+        [third, thirdDeb],
+      ] as const)
+        publish(join(releases, "agent"), v, deb, key);
+      // The same releases, the new one signed by a key the agent does not trust (the way back is signed well).
+      publish(join(releases, "agent-stranger"), s.installed, s.installedDeb(), key);
+      publish(join(releases, "agent-stranger"), good, goodDeb, stranger);
+      const config = JSON.parse(await c().ok(["cat", "/etc/hostkeeper/config.json"])) as object;
+      const withUpdates = {
+        ...config,
+        agentUpdateKeys: [key.line],
+        agentUpdateSource: SOURCE,
+        agentUpdateTimeoutS: 20,
+      };
+      await c().sh(`cat > /etc/hostkeeper/config.json <<'EOF'\n${JSON.stringify(withUpdates, null, 2)}\nEOF`);
+      await c().ok(["systemctl", "restart", "hostkeeper.service"], { timeoutMs: 90_000 });
+      caddyPid = await mainPid(c(), "hostkeeper-caddy.service");
+      stopTraffic = traffic(c());
+      const agentPid = await mainPid(c(), "hostkeeper.service");
 
-    const unsigned = await start(c(), { version: good, artifact_source: STRANGER_SOURCE });
-    const refused = await finalStatus(c(), unsigned.id, 60_000);
-    assert.equal(refused.state, "failed");
-    assert.equal(refused.error?.code, "signature_unknown_key", JSON.stringify(refused));
-    const wrong = await start(c(), { version: good, checksum: "0".repeat(64) });
-    const mismatch = await finalStatus(c(), wrong.id, 60_000);
-    assert.equal(mismatch.error?.code, "checksum_mismatch", JSON.stringify(mismatch));
-    assert.deepEqual(
-      mismatch.history.map((h) => h.state),
-      ["downloading", "verifying", "failed"],
-    );
-    assert.equal(await installedVersion(c()), `install ok installed ${s.installed}`);
-    assert.equal(await mainPid(c(), "hostkeeper.service"), agentPid);
-  });
+      const unsigned = await start(c(), { version: good, artifact_source: STRANGER_SOURCE });
+      const refused = await finalStatus(c(), unsigned.id, 60_000);
+      assert.equal(refused.state, "failed");
+      assert.equal(refused.error?.code, "signature_unknown_key", JSON.stringify(refused));
+      const wrong = await start(c(), { version: good, checksum: "0".repeat(64) });
+      const mismatch = await finalStatus(c(), wrong.id, 60_000);
+      assert.equal(mismatch.error?.code, "checksum_mismatch", JSON.stringify(mismatch));
+      assert.deepEqual(
+        mismatch.history.map((h) => h.state),
+        ["downloading", "verifying", "failed"],
+      );
+      assert.equal(await installedVersion(c()), `install ok installed ${s.installed}`);
+      assert.equal(await mainPid(c(), "hostkeeper.service"), agentPid);
+    },
+  );
 
-  test(`self-update: ${s.installed} -> ${good} completes, reported by the new agent; Caddy keeps running`, async () => {
-    const before = await mainPid(c(), "hostkeeper.service");
-    const u = await start(c(), { version: good });
-    const again = JSON.parse(await api(c(), "POST", "/v1/agent/update", { version: good })) as {
-      code?: string;
-    };
-    assert.equal(again.code, "update_in_progress");
-    const done = await finalStatus(c(), u.id, 240_000);
-    assert.equal(done.state, "completed", JSON.stringify(done));
-    assert.deepEqual(
-      done.history.map((h) => h.state),
-      ["downloading", "verifying", "installing", "restarting", "completed"],
-    );
-    assert.equal((await c().ok(["hostkeeper", "--version"])).trim(), `hostkeeper ${good}`);
-    assert.equal(await installedVersion(c()), `install ok installed ${good}`);
-    const after = await mainPid(c(), "hostkeeper.service");
-    assert.notEqual(after, before);
-    const said = await c().ok([
-      "journalctl",
-      "-u",
-      "hostkeeper.service",
-      `_PID=${after}`,
-      "-o",
-      "cat",
-      "--no-pager",
-    ]);
-    assert.match(said, new RegExp(`agent update ${u.id}: completed`));
-    const status = JSON.parse(await api(c(), "GET", "/v1/status")) as { agent_update: Status };
-    assert.equal(status.agent_update.id, u.id);
-    // The package now installed is kept for the next rollback; the update's folder is gone.
-    assert.equal(
-      (
-        await c().ok(["ls", "/var/lib/hostkeeper/agent-update", "/var/lib/hostkeeper/agent-update/installed"])
-      ).trim(),
-      `/var/lib/hostkeeper/agent-update:\ninstalled\n\n/var/lib/hostkeeper/agent-update/installed:\nhostkeeper_${good}_amd64.deb`,
-    );
-    assert.equal(await mainPid(c(), "hostkeeper-caddy.service"), caddyPid);
-  });
+  test(
+    `self-update: ${s.installed} -> ${good} completes, reported by the new agent; Caddy keeps running`,
+    LONG,
+    async () => {
+      const before = await mainPid(c(), "hostkeeper.service");
+      const u = await start(c(), { version: good });
+      const again = JSON.parse(await api(c(), "POST", "/v1/agent/update", { version: good })) as {
+        code?: string;
+      };
+      assert.equal(again.code, "update_in_progress");
+      const done = await finalStatus(c(), u.id, 240_000);
+      assert.equal(done.state, "completed", JSON.stringify(done));
+      assert.deepEqual(
+        done.history.map((h) => h.state),
+        ["downloading", "verifying", "installing", "restarting", "completed"],
+      );
+      assert.equal((await c().ok(["hostkeeper", "--version"])).trim(), `hostkeeper ${good}`);
+      assert.equal(await installedVersion(c()), `install ok installed ${good}`);
+      const after = await mainPid(c(), "hostkeeper.service");
+      assert.notEqual(after, before);
+      const said = await c().ok([
+        "journalctl",
+        "-u",
+        "hostkeeper.service",
+        `_PID=${after}`,
+        "-o",
+        "cat",
+        "--no-pager",
+      ]);
+      assert.match(said, new RegExp(`agent update ${u.id}: completed`));
+      const status = JSON.parse(await api(c(), "GET", "/v1/status")) as { agent_update: Status };
+      assert.equal(status.agent_update.id, u.id);
+      assert.match(
+        await c().ok(["hostkeeper", "status"]),
+        new RegExp(
+          `^self-update +${u.id} completed, ${s.installed.replaceAll(".", "\\.")} -> ${good.replaceAll(".", "\\.")}, at `,
+          "m",
+        ),
+      );
+      // The package now installed is kept for the next rollback; the update's folder is gone.
+      assert.equal(
+        (
+          await c().ok([
+            "ls",
+            "/var/lib/hostkeeper/agent-update",
+            "/var/lib/hostkeeper/agent-update/installed",
+          ])
+        ).trim(),
+        `/var/lib/hostkeeper/agent-update:\ninstalled\n\n/var/lib/hostkeeper/agent-update/installed:\nhostkeeper_${good}_amd64.deb`,
+      );
+      assert.equal(await mainPid(c(), "hostkeeper-caddy.service"), caddyPid);
+    },
+  );
 
-  test(`self-update: ${broken}, whose agent exits at start, is rolled back to ${good}`, async () => {
+  test(`self-update: ${broken}, whose agent exits at start, is rolled back to ${good}`, LONG, async () => {
     const u = await start(c(), { version: broken });
     const done = await finalStatus(c(), u.id, 300_000);
     assert.equal(done.state, "rolled_back", JSON.stringify(done));
@@ -221,42 +242,46 @@ export function selfUpdateTests(s: Setup): void {
     assert.equal(await mainPid(c(), "hostkeeper-caddy.service"), caddyPid);
   });
 
-  test(`self-update: the updater killed (kill -9) mid-install: the agent starts it again, and the update finishes or rolls back, and is reported`, async () => {
-    const u = await start(c(), { version: third });
-    const unit = `hostkeeper-agent-update-${u.id}-1`;
-    const deadline = Date.now() + 120_000;
-    let pid = 0;
-    while (pid === 0 && Date.now() < deadline) {
-      const r = await c().exec(["systemctl", "show", "--property=MainPID", "--value", unit]);
-      pid = Number(r.stdout.trim()) || 0;
-      if (pid === 0) await new Promise((r) => setTimeout(r, 100));
-    }
-    assert.ok(pid > 0, `${unit} never ran`);
-    // kill is the shell's: minbase has no /bin/kill.
-    await c().sh(`kill -9 ${pid}`);
-    const done = await finalStatus(c(), u.id, 300_000);
-    const journal = await c().ok(["journalctl", "-o", "cat", "--no-pager", "-n", "200"]);
-    assert.ok(["completed", "rolled_back"].includes(done.state), `${JSON.stringify(done)}\n${journal}`);
-    const version = done.state === "completed" ? third : good;
-    const said = await c().ok(["journalctl", "-u", "hostkeeper.service", "-o", "cat", "--no-pager"]);
-    assert.match(
-      said,
-      new RegExp(
-        `agent update ${u.id}: the updater is gone before its last word; starting it again as ${unit.replace(/-1$/, "-2")}`,
-      ),
-    );
-    assert.equal(await installedVersion(c()), `install ok installed ${version}`);
-    assert.equal((await c().ok(["dpkg", "--audit"])).trim(), "");
-    assert.equal((await c().ok(["hostkeeper", "--version"])).trim(), `hostkeeper ${version}`);
-    if (!stopTraffic) throw new Error("no traffic");
-    const { ok, failed } = await stopTraffic();
-    stopTraffic = undefined;
-    assert.equal(
-      failed,
-      0,
-      `${failed} of ${ok + failed} requests through the route failed across the updates`,
-    );
-    assert.ok(ok > 50, `only ${ok} requests were made`);
-    assert.equal(await mainPid(c(), "hostkeeper-caddy.service"), caddyPid);
-  });
+  test(
+    `self-update: the updater killed (kill -9) mid-install: the agent starts it again, and the update finishes or rolls back, and is reported`,
+    LONG,
+    async () => {
+      const u = await start(c(), { version: third });
+      const unit = `hostkeeper-agent-update-${u.id}-1`;
+      const deadline = Date.now() + 120_000;
+      let pid = 0;
+      while (pid === 0 && Date.now() < deadline) {
+        const r = await c().exec(["systemctl", "show", "--property=MainPID", "--value", unit]);
+        pid = Number(r.stdout.trim()) || 0;
+        if (pid === 0) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.ok(pid > 0, `${unit} never ran`);
+      // kill is the shell's: minbase has no /bin/kill.
+      await c().sh(`kill -9 ${pid}`);
+      const done = await finalStatus(c(), u.id, 300_000);
+      const journal = await c().ok(["journalctl", "-o", "cat", "--no-pager", "-n", "200"]);
+      assert.ok(["completed", "rolled_back"].includes(done.state), `${JSON.stringify(done)}\n${journal}`);
+      const version = done.state === "completed" ? third : good;
+      const said = await c().ok(["journalctl", "-u", "hostkeeper.service", "-o", "cat", "--no-pager"]);
+      assert.match(
+        said,
+        new RegExp(
+          `agent update ${u.id}: the updater is gone before its last word; starting it again as ${unit.replace(/-1$/, "-2")}`,
+        ),
+      );
+      assert.equal(await installedVersion(c()), `install ok installed ${version}`);
+      assert.equal((await c().ok(["dpkg", "--audit"])).trim(), "");
+      assert.equal((await c().ok(["hostkeeper", "--version"])).trim(), `hostkeeper ${version}`);
+      if (!stopTraffic) throw new Error("no traffic");
+      const { ok, failed } = await stopTraffic();
+      stopTraffic = undefined;
+      assert.equal(
+        failed,
+        0,
+        `${failed} of ${ok + failed} requests through the route failed across the updates`,
+      );
+      assert.ok(ok > 50, `only ${ok} requests were made`);
+      assert.equal(await mainPid(c(), "hostkeeper-caddy.service"), caddyPid);
+    },
+  );
 }

@@ -15,10 +15,10 @@ const BCRYPT = /\$2[aby]\$/;
 const ID = "auth.redact.test";
 
 const TOKENS: { name: string; scopes: Grant[] }[] = [
-  // Every read scope: the events list needs the three.
-  { name: "reader", scopes: ["proxy:read", "operator:read", "system:read"] },
+  // Every read scope: the events list needs the four.
+  { name: "reader", scopes: ["proxy:read", "operator:read", "system:read", "agent:read"] },
   { name: "proxy-reader", scopes: ["proxy:read"] },
-  { name: "writer", scopes: ["proxy:read", "proxy:write", "operator:read", "system:read"] },
+  { name: "writer", scopes: ["proxy:read", "proxy:write", "operator:read", "system:read", "agent:read"] },
 ];
 const bearer = (name: string) => ({
   authorization: `Bearer ${name === "all" ? TEST_TOKEN : secretOf(name)}`,
