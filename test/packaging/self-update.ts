@@ -150,7 +150,7 @@ export function selfUpdateTests(s: Setup): void {
         ...config,
         agentUpdateKeys: [key.line],
         agentUpdateSource: SOURCE,
-        agentUpdateTimeoutS: 20,
+        agentUpdateTimeoutS: 10,
       };
       await c().sh(`cat > /etc/hostkeeper/config.json <<'EOF'\n${JSON.stringify(withUpdates, null, 2)}\nEOF`);
       await c().ok(["systemctl", "restart", "hostkeeper.service"], { timeoutMs: 90_000 });
@@ -235,7 +235,7 @@ export function selfUpdateTests(s: Setup): void {
     assert.equal(done.error?.code, "not_ready");
     assert.match(
       done.error?.message ?? "",
-      new RegExp(`did not answer ready as ${broken.replaceAll(".", "\\.")} within 20 s`),
+      new RegExp(`did not answer ready as ${broken.replaceAll(".", "\\.")} within 10 s`),
     );
     assert.equal(await installedVersion(c()), `install ok installed ${good}`);
     assert.equal((await c().ok(["systemctl", "is-active", "hostkeeper.service"])).trim(), "active");
