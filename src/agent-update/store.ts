@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import type { Outbox } from "../events/outbox.js";
 import type { Db, Migration } from "../store/db.js";
+import { StateHistory } from "../store/state-history.js";
 import { AgentUpdateNotFoundError } from "./errors.js";
 import {
   type AgentUpdateErrorCode,
@@ -110,11 +111,19 @@ const statusPath = (id: string) => `/v1/agent/update/${encodeURIComponent(id)}`;
  * writes the `agent_update` event (when the request gave a callback URL).
  */
 export class AgentUpdateStore {
+  private readonly states: StateHistory<AgentUpdateState>;
+
   constructor(
     private readonly db: Db,
     private readonly outbox: Outbox,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.states = new StateHistory(db, {
+      table: "agent_updates",
+      history: "agent_update_states",
+      final: FINAL_STATES,
+    });
+  }
 
   find(id: string): AgentUpdateRow | undefined {
     return this.db.prepare("SELECT * FROM agent_updates WHERE id = ?").get(id) as AgentUpdateRow | undefined;
@@ -151,7 +160,8 @@ export class AgentUpdateStore {
              @architecture, @checksum, @allow_downgrade, @callback_url, @now, @now)`,
         )
         .run({ ...u, now });
-      this.record(u.id, "downloading", now);
+      this.states.append(u.id, "downloading", now);
+      this.addEvent(u.id);
     })();
     this.log.info(
       {
@@ -169,16 +179,7 @@ export class AgentUpdateStore {
 
   /** Moves an update to `state` (setting `fields` too), with its history entry and its event. */
   transition(id: string, state: AgentUpdateState, fields: Fields = {}): AgentUpdateRow {
-    const now = new Date().toISOString();
-    const sets = Object.keys(fields).map((k) => `${k} = @${k}`);
-    this.db.transaction(() => {
-      this.db
-        .prepare(
-          `UPDATE agent_updates SET ${[...sets, "state = @state", "updated_at = @now", "finished_at = @finished"].join(", ")} WHERE id = @id`,
-        )
-        .run({ ...fields, id, state, now, finished: FINAL_STATES.has(state) ? now : null });
-      this.record(id, state, now);
-    })();
+    this.states.move(id, state, fields, () => this.addEvent(id));
     this.outbox.kick();
     const row = this.get(id);
     const line = {
@@ -209,9 +210,7 @@ export class AgentUpdateStore {
   }
 
   status(row: AgentUpdateRow): AgentUpdateStatus {
-    const history = this.db
-      .prepare("SELECT state, at FROM agent_update_states WHERE update_id = ? ORDER BY seq")
-      .all(row.id) as AgentUpdateStatus["history"];
+    const history = this.states.of(row.id);
     return {
       id: row.id,
       state: row.state,
@@ -241,13 +240,8 @@ export class AgentUpdateStore {
     };
   }
 
-  /** The history entry and the event; runs inside the caller's transaction. */
-  private record(id: string, state: AgentUpdateState, at: string): void {
-    this.db
-      .prepare(
-        "INSERT INTO agent_update_states (update_id, seq, state, at) VALUES (?, (SELECT count(*) FROM agent_update_states WHERE update_id = ?), ?, ?)",
-      )
-      .run(id, id, state, at);
+  /** The `agent_update` event of the update as it is now, when it has a callback; inside the caller's transaction. */
+  private addEvent(id: string): void {
     const row = this.get(id);
     if (row.callback_url === null) return;
     this.outbox.add({

@@ -2,6 +2,7 @@ import type { Logger } from "pino";
 import type { Outbox } from "../events/outbox.js";
 import type { Metrics } from "../metrics/metrics.js";
 import type { Db, Migration } from "../store/db.js";
+import { StateHistory } from "../store/state-history.js";
 import { UpdateNotFoundError } from "./errors.js";
 import type { UpdateErrorCode } from "./failure.js";
 import type { UpdateState, UpdateStatus } from "./schemas.js";
@@ -136,13 +137,21 @@ const statusPath = (id: string) => `/v1/operator/update/${encodeURIComponent(id)
  * callback exists exactly when the change it reports does.
  */
 export class OperatorStore {
+  private readonly states: StateHistory<UpdateState>;
+
   constructor(
     private readonly db: Db,
     private readonly outbox: Outbox,
     private readonly log: Logger,
     /** Counts updates by the final state they reach. */
     private readonly metrics?: Metrics,
-  ) {}
+  ) {
+    this.states = new StateHistory(db, {
+      table: "operator_updates",
+      history: "operator_update_states",
+      final: TERMINAL,
+    });
+  }
 
   slot(slot: Slot): SlotRow {
     return this.db.prepare("SELECT * FROM operator_slots WHERE slot = ?").get(slot) as SlotRow;
@@ -213,7 +222,8 @@ export class OperatorStore {
            VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?)`,
         )
         .run(u.id, u.request, u.version, u.callback_url, u.artifact_source, u.checksum, now, now);
-      this.recordState(u.id, "queued", now);
+      this.states.append(u.id, "queued", now);
+      this.addEvent(u.id);
     })();
     this.log.info(
       { update_process_id: u.id, state: "queued", version: u.version, artifact_source: u.artifact_source },
@@ -225,16 +235,7 @@ export class OperatorStore {
 
   /** Moves an update to `state` (setting `fields` too), with its history entry and its event. */
   transition(id: string, state: UpdateState, fields: UpdateFields = {}): UpdateRow {
-    const now = new Date().toISOString();
-    const sets = Object.keys(fields).map((k) => `${k} = @${k}`);
-    this.db.transaction(() => {
-      this.db
-        .prepare(
-          `UPDATE operator_updates SET ${[...sets, "state = @state", "updated_at = @now", "finished_at = @finished"].join(", ")} WHERE id = @id`,
-        )
-        .run({ ...fields, id, state, now, finished: TERMINAL.has(state) ? now : null });
-      this.recordState(id, state, now);
-    })();
+    this.states.move(id, state, fields, () => this.addEvent(id));
     if (TERMINAL.has(state)) this.metrics?.operatorUpdates.inc({ state });
     this.outbox.kick();
     const row = this.get(id);
@@ -264,9 +265,7 @@ export class OperatorStore {
   }
 
   status(row: UpdateRow): UpdateStatus {
-    const history = this.db
-      .prepare("SELECT state, at FROM operator_update_states WHERE update_id = ? ORDER BY seq")
-      .all(row.id) as UpdateStatus["history"];
+    const history = this.states.of(row.id);
     return {
       update_process_id: row.id,
       version: row.version,
@@ -297,13 +296,8 @@ export class OperatorStore {
     };
   }
 
-  /** Writes the history entry and the `operator_update` event; runs inside the caller's transaction. */
-  private recordState(id: string, state: UpdateState, at: string): void {
-    this.db
-      .prepare(
-        "INSERT INTO operator_update_states (update_id, seq, state, at) VALUES (?, (SELECT count(*) FROM operator_update_states WHERE update_id = ?), ?, ?)",
-      )
-      .run(id, id, state, at);
+  /** Writes the `operator_update` event of the update as it is now; inside the caller's transaction. */
+  private addEvent(id: string): void {
     const row = this.get(id);
     this.outbox.add({
       type: "operator_update",
