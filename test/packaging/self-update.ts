@@ -179,11 +179,28 @@ export function selfUpdateTests(s: Setup): void {
     LONG,
     async () => {
       const before = await mainPid(c(), "hostkeeper.service");
-      const u = await start(c(), { version: good });
+      // Started and followed by the CLI, through the agent's restart.
+      const newest = async () =>
+        (JSON.parse(await api(c(), "GET", "/v1/status")) as { agent_update: Status | null }).agent_update;
+      const previous = (await newest())?.id;
+      const cli = c().exec(["hostkeeper", "agent", "update", good], { timeoutMs: 300_000 });
+      let u: Status | undefined;
+      for (let i = 0; i < 100 && u === undefined; i++) {
+        const latest = await newest();
+        if (latest && latest.id !== previous) u = latest;
+        else await new Promise((r) => setTimeout(r, 100));
+      }
+      if (!u) throw new Error("the CLI's update did not show in /v1/status");
       const again = JSON.parse(await api(c(), "POST", "/v1/agent/update", { version: good })) as {
         code?: string;
       };
       assert.equal(again.code, "update_in_progress");
+      const followed = await cli;
+      assert.equal(followed.code, 0, `${followed.stdout}\n${followed.stderr}`);
+      assert.match(
+        followed.stdout,
+        new RegExp(`agent update ${u.id} completed: ${s.installed.replaceAll(".", "\\.")} -> `),
+      );
       const done = await finalStatus(c(), u.id, 240_000);
       assert.equal(done.state, "completed", JSON.stringify(done));
       assert.deepEqual(
