@@ -16,9 +16,13 @@ const bump = (v: string, by: number) => v.replace(/(\d+)$/, (n) => String(Number
 const TOKEN = `-H "Authorization: Bearer $(cat /var/lib/hostkeeper/token)"`;
 const SOURCE = "http://127.0.0.1:9100/agent";
 const STRANGER_SOURCE = "http://127.0.0.1:9100/agent-stranger";
-/** The agent's CLI exits at `serve`: a release whose agent never comes up. */
+/**
+ * A release whose agent never comes up: its CLI exits at once, `--version` aside. `status` too, as the whole
+ * release is broken: the unit's `ExecStartPost=hostkeeper status --wait 60` would otherwise hold the
+ * package's restart of the agent, and so its install, for a minute.
+ */
 const BROKEN_MAIN =
-  'if (process.argv[2] === "serve") { console.error("broken on purpose"); process.exit(3); }\n';
+  'if (process.argv[2] !== "--version") { console.error("broken on purpose"); process.exit(3); }\n';
 /** An update, with its installs and the agent's restarts, takes longer than the suite's default time-out. */
 const LONG = { timeout: 400_000 };
 const ROUTE_CURL = "curl -s --max-time 5 -H 'Host: app.localhost' http://127.0.0.1/";
