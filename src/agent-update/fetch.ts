@@ -17,10 +17,15 @@ export interface PackageRef {
   checksum: string | null;
 }
 
-/** A package URL as a reference: its folder is the source, its last segment the file. */
+/**
+ * A package URL as a reference: its folder is the source, its last segment the file, which names the
+ * download in the update's folder: a plain name (the request's schema allows no other), checked again here.
+ */
 export function refOfUrl(url: string, checksum: string | null): PackageRef {
   const cut = url.lastIndexOf("/");
-  return { source: url.slice(0, cut), version: "", file: decodeURIComponent(url.slice(cut + 1)), checksum };
+  const file = url.slice(cut + 1);
+  if (!/^[A-Za-z0-9][A-Za-z0-9._+~-]*$/.test(file)) throw new Error(`"${file}" is not a plain file name`);
+  return { source: url.slice(0, cut), version: "", file, checksum };
 }
 
 /**

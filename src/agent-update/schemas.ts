@@ -31,6 +31,7 @@ export type AgentUpdateErrorCode = (typeof agentUpdateErrorCodes)[number];
 
 const VERSION_PATTERN = "^[0-9][A-Za-z0-9.+~-]{0,63}$";
 const CHECKSUM_PATTERN = "^(sha256:)?[0-9a-fA-F]{64}$";
+const PACKAGE_URL_PATTERN = "^[^?#]*/[A-Za-z0-9][A-Za-z0-9._+~-]{0,200}\\.(deb|rpm)$";
 
 export const AgentUpdateRequestSchema = Type.Object(
   {
@@ -45,8 +46,10 @@ export const AgentUpdateRequestSchema = Type.Object(
     url: Type.Optional(
       Type.String({
         maxLength: 2048,
+        // The last segment is the file's name in the update's folder: plain characters only, no escapes.
+        pattern: PACKAGE_URL_PATTERN,
         description:
-          "The package's own URL (https, or `s3://bucket/key`), ending in `.deb` or `.rpm` as this host installs. Its signature is `<url>.minisig`, else a signed `SHA256SUMS` beside it. One of `version` and `url`.",
+          "The package's own URL (https, or `s3://bucket/key`), ending in a plain file name (letters, digits, `.`, `_`, `+`, `~`, `-`) with `.deb` or `.rpm` as this host installs. Its signature is `<url>.minisig`, else a signed `SHA256SUMS` beside it. One of `version` and `url`.",
       }),
     ),
     artifact_source: Type.Optional(

@@ -55,6 +55,10 @@ test("a request is checked against its schema before anything else", async (t) =
     HOSTKEEPER_AGENT_UPDATE_KEYS: publicKeyLine(t),
   });
   for (const payload of [
+    // A last segment that would name a file outside the update's folder once decoded.
+    { url: "https://releases.test/x/..%2F..%2F..%2Fetc%2Fcron.d%2Fx.deb" },
+    { url: "https://releases.test/x/.hidden.deb" },
+    { url: "https://releases.test/x/pkg.deb?x=1" },
     { version: "../1" },
     { version: "1.0.0", checksum: "abc" },
     { url: 7 },
