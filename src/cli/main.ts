@@ -6,6 +6,7 @@ import { agentUpdateCommands } from "./agent-update.js";
 import { type Command, commandHelp, parseInvocation, UsageError, usageLine, wantsHelp } from "./args.js";
 import { certsCommands } from "./certs.js";
 import { configCommands } from "./config.js";
+import { connectCommands } from "./connect.js";
 import { operatorCommands } from "./operator.js";
 import { print } from "./output.js";
 import { routesCommands } from "./routes.js";
@@ -42,6 +43,7 @@ const commands: Command[] = [
   ...agentUpdateCommands,
   ...configCommands,
   ...tokenCommands,
+  ...connectCommands,
 ];
 
 const groups: Record<string, string> = {
@@ -53,6 +55,7 @@ const groups: Record<string, string> = {
   agent: "The agent itself: update it to another version.",
   config: "The agent's configuration.",
   token: "The agent's API tokens: show the agent's own, rotate one.",
+  connect: "The agent's key pair for its outbound connection: show its public key.",
 };
 
 const TOP_USAGE = "usage: hostkeeper <command> [<args>] [options]   (hostkeeper --help lists the commands)";

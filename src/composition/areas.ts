@@ -18,6 +18,7 @@ import { OnDemandGate } from "../certificates/on-demand-gate.js";
 import { OnDemandKeeper } from "../certificates/on-demand-keeper.js";
 import { OnDemandHosts } from "../certificates/on-demand-store.js";
 import { CertificateService } from "../certificates/service.js";
+import { type AgentIdentity, loadOrCreateIdentity } from "../connect/identity.js";
 import { DenyList } from "../events/egress.js";
 import { Outbox } from "../events/outbox.js";
 import { HealthService, type SupervisedCaddy } from "../health/service.js";
@@ -129,6 +130,7 @@ export function buildAreas(
     operator,
     agentUpdate,
     outbox,
+    identity: agentIdentity(agent.dataDir, logger),
   });
   return {
     metrics,
@@ -143,6 +145,17 @@ export function buildAreas(
     agentUpdate,
     health,
   };
+}
+
+/** The agent's key pair (connect/identity.ts), made at its first start, which says where it put it. */
+function agentIdentity(dataDir: string, logger: Logger): AgentIdentity {
+  const { identity, created, path } = loadOrCreateIdentity(dataDir);
+  if (created)
+    logger.info(
+      { path, fingerprint: identity.fingerprint },
+      `made the agent's key pair; the private key is in ${path}`,
+    );
+  return identity;
 }
 
 /** The agent's own self-update. */

@@ -160,6 +160,17 @@ export const AgentStatusSchema = Type.Object(
     agent_update: Type.Union([RefTo(AgentUpdateStatusSchema), Type.Null()], {
       description: "The agent's newest self-update (`POST /v1/agent/update`); null before the first.",
     }),
+    connect: Type.Object(
+      {
+        public_key: Type.String({
+          description: "The agent's Ed25519 public key, base64 of its 32 bytes, made at its first start.",
+        }),
+        fingerprint: Type.String({
+          description: "`SHA256:` and the unpadded base64 of the SHA-256 of the public key's 32 bytes.",
+        }),
+      },
+      { additionalProperties: false, description: "The agent's key pair, for its outbound connection." },
+    ),
     readiness: RefTo(ReadinessSchema),
   },
   {

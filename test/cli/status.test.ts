@@ -58,6 +58,7 @@ describe("status", () => {
       "agent_update",
       "boot",
       "caddy",
+      "connect",
       "operator",
       "outbox",
       "readiness",

@@ -23,6 +23,7 @@ const COMMANDS = [
   ["config", "check"],
   ["token", "show"],
   ["token", "rotate"],
+  ["connect", "show"],
 ];
 
 /** A refusal of the command line: exit 2, the reason, then a usage line, nothing on stdout. */
@@ -59,7 +60,7 @@ describe("help and version", () => {
       if (words[0] !== "serve") assert.match(r.stdout, /^ {2}--json /m);
     });
 
-  for (const group of ["routes", "updates", "operator", "agent", "config", "token"])
+  for (const group of ["routes", "updates", "operator", "agent", "config", "token", "connect"])
     test(`${group} --help lists its commands`, async () => {
       const r = await runCli([group, "-h"], {});
       assert.equal(r.code, 0, r.stderr);
