@@ -1,6 +1,9 @@
 import { join } from "node:path";
 import { packageVersion, projectRoot } from "../paths.js";
-import { CHILD_ENV, childEnv, execChild } from "../util/child-env.js";
+import type { LockHolder } from "../system/errors.js";
+import { aptLockHolder } from "../system/packages/apt-output.js";
+import { type CommandResult, lastLines, runCommand } from "../system/packages/command.js";
+import { CHILD_ENV, childEnv } from "../util/child-env.js";
 import { fs } from "../util/node-builtins.js";
 
 const { existsSync } = fs;
@@ -27,6 +30,8 @@ export interface PackageFields {
 export interface Ran {
   code: number | null;
   output: string;
+  /** It failed because another program holds the package manager's lock (it did nothing yet). */
+  locked?: boolean;
 }
 
 /** Where the packages put the agent. */
@@ -37,20 +42,28 @@ const ARCHES: Record<PackageFormat, Record<string, string>> = {
   rpm: { x64: "x86_64", arm64: "aarch64" },
 };
 
-/** Runs a command with the allow-listed environment; its exit code and its output (stdout then stderr). */
-export function runCommand(file: string, args: readonly string[], timeoutMs = 60_000): Promise<Ran> {
+/**
+ * Runs a command through the package managers' runner (system/packages/command.ts: its own process group,
+ * stopped past `timeoutMs`) with their allow-listed environment; its exit code and its output (stdout then
+ * stderr). A command that cannot start or is stopped answers a null code and the reason.
+ */
+async function run(
+  file: string,
+  args: readonly string[],
+  timeoutMs = 60_000,
+  lockHolder?: (r: CommandResult) => LockHolder | undefined,
+): Promise<Ran> {
   const env = childEnv(process.env, CHILD_ENV.packages, {
     LANG: "C.UTF-8",
     DEBIAN_FRONTEND: "noninteractive",
   });
-  return new Promise((resolve) => {
-    execChild(file, args, { env, timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 }, (err, stdout, stderr) => {
-      const raw = (err as { code?: unknown } | null)?.code;
-      const code = err === null ? 0 : typeof raw === "number" ? raw : null;
-      const spawnError = err !== null && code === null ? `${err.message}\n` : "";
-      resolve({ code, output: `${stdout}${stderr}${spawnError}` });
-    });
-  });
+  try {
+    const r = await runCommand(file, args, { env, timeoutMs });
+    const locked = r.code !== 0 && lockHolder?.(r) !== undefined;
+    return { code: r.code, output: `${r.stdout}${r.stderr}`, locked };
+  } catch (err) {
+    return { code: null, output: (err as Error).message };
+  }
 }
 
 /** The file name a release holds for `version` in `format` on `arch`, as `npm run package` names it. */
@@ -96,11 +109,11 @@ export class HostPackages {
   async installedVersion(format: PackageFormat): Promise<string | undefined> {
     if (format === "deb") {
       // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own field syntax, not a JS template
-      const r = await runCommand("dpkg-query", ["-W", "-f=${Status} ${Version}", "hostkeeper"]);
+      const r = await run("dpkg-query", ["-W", "-f=${Status} ${Version}", "hostkeeper"]);
       const m = /^install ok installed (\S+)$/.exec(r.output.trim());
       return r.code === 0 && m ? m[1] : undefined;
     }
-    const r = await runCommand("rpm", ["-q", "--qf", "%{VERSION}", "hostkeeper"]);
+    const r = await run("rpm", ["-q", "--qf", "%{VERSION}", "hostkeeper"]);
     return r.code === 0 ? r.output.trim() : undefined;
   }
 
@@ -108,30 +121,27 @@ export class HostPackages {
   async fields(format: PackageFormat, file: string): Promise<PackageFields | string> {
     const r =
       format === "deb"
-        ? await runCommand("dpkg-deb", [
+        ? await run("dpkg-deb", [
             // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-deb's own field syntax, not a JS template
             "--showformat=${Package}\\n${Version}\\n${Architecture}\\n",
             "-W",
             file,
           ])
-        : await runCommand("rpm", [
-            "-qp",
-            "--nosignature",
-            "--qf",
-            "%{NAME}\\n%{VERSION}\\n%{ARCH}\\n",
-            file,
-          ]);
+        : await run("rpm", ["-qp", "--nosignature", "--qf", "%{NAME}\\n%{VERSION}\\n%{ARCH}\\n", file]);
     const [name, version, arch] = r.output.trim().split("\n");
     if (r.code !== 0 || !name || !version || !arch)
       return `it is not a readable ${format} package: ${tail(r.output)}`;
     return { name, version, arch };
   }
 
-  /** Installs `file` (an upgrade, a downgrade or the same version again), keeping changed config files. */
+  /**
+   * Installs `file` (an upgrade, a downgrade or the same version again), keeping changed config files. dpkg
+   * refuses at once while another holds its lock (`locked`, told as apt's runs tell it); rpm waits for its own.
+   */
   install(format: PackageFormat, file: string): Promise<Ran> {
     return format === "deb"
-      ? runCommand("dpkg", ["--force-confdef", "--force-confold", "-i", file], 600_000)
-      : runCommand("rpm", ["-U", "--oldpackage", "--replacepkgs", file], 600_000);
+      ? run("dpkg", ["--force-confdef", "--force-confold", "-i", file], 600_000, aptLockHolder)
+      : run("rpm", ["-U", "--oldpackage", "--replacepkgs", file], 600_000);
   }
 
   /**
@@ -141,7 +151,7 @@ export class HostPackages {
    */
   async launch(unit: string, dir: string): Promise<void> {
     const script = join(PACKAGED_ROOT, "dist", "src", "agent-update", "updater-main.js");
-    const r = await runCommand("systemd-run", [
+    const r = await run("systemd-run", [
       `--unit=${unit}`,
       `--description=Hostkeeper agent update (${dir})`,
       "--collect",
@@ -162,12 +172,12 @@ export class HostPackages {
    * limit, and the package scripts' restart of the previous version would then be refused.
    */
   resetFailed(): Promise<Ran> {
-    return runCommand("systemctl", ["reset-failed", AGENT_UNIT]);
+    return run("systemctl", ["reset-failed", AGENT_UNIT]);
   }
 
   /** Whether the transient unit still runs (a finished one is collected and reads inactive). */
   async running(unit: string): Promise<boolean> {
-    const r = await runCommand("systemctl", ["is-active", unit]);
+    const r = await run("systemctl", ["is-active", unit]);
     return ["active", "activating", "deactivating", "reloading"].includes(r.output.trim());
   }
 
@@ -183,5 +193,5 @@ export class HostPackages {
 
 /** The last lines of a command's output, for a message. */
 export function tail(output: string, lines = 5): string {
-  return output.trim().split("\n").slice(-lines).join(" | ").slice(-1000) || "(no output)";
+  return lastLines(output, lines).join(" | ").slice(-1000) || "(no output)";
 }

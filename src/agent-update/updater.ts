@@ -17,7 +17,6 @@ import { type HostPackages, tail } from "./host.js";
  * the same folder (the agent does that when it finds the updater gone before its last word) carries on from
  * there: an install is repeated only when the package manager does not already have that version installed.
  */
-const LOCK = /frontend lock|lock.*(held|locked)|database is locked|Resource temporarily unavailable/i;
 const LOCK_WAIT_MS = 300_000;
 const POLL_MS = 500;
 
@@ -98,7 +97,7 @@ async function installWaitingForLock(host: Installer, h: Handoff, file: string, 
   for (;;) {
     if ((await host.installedVersion(h.format)) === version) return { code: 0, output: "", installed: false };
     const ran = await host.install(h.format, file);
-    if (ran.code === 0 || !LOCK.test(ran.output) || Date.now() > until) return { ...ran, installed: true };
+    if (ran.code === 0 || !ran.locked || Date.now() > until) return { ...ran, installed: true };
     await sleep(2000);
   }
 }
