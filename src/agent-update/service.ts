@@ -2,11 +2,13 @@ import { randomUUID } from "node:crypto";
 import { rm } from "node:fs/promises";
 import type { Logger } from "pino";
 import type { Outbox } from "../events/outbox.js";
+import { normalizeChecksum } from "../operator/artifacts/authentication.js";
 import { sourceProblem } from "../operator/artifacts/source.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
+import { Periodic } from "../util/periodic.js";
 import { settledWithin } from "../util/timers.js";
 import {
   AgentUpdateInProgressError,
@@ -48,20 +50,26 @@ export class AgentUpdateService {
   private readonly fetch: PackageFetch;
   private readonly closing = new AbortController();
   private job: Promise<void> | undefined;
-  private timer: NodeJS.Timeout | undefined;
-  private looking = false;
+  /** Looks at an update handed to its updater; rounds only while one is under way. */
+  private readonly watcher: Periodic;
   private ready: () => Promise<boolean> = async () => false;
 
   constructor(private readonly o: AgentUpdateServiceOptions) {
     this.store = new AgentUpdateStore(o.db, o.outbox, o.log);
     this.host = o.host ?? new HostPackages();
     const { operator, agentUpdate } = o.config;
+    this.watcher = new Periodic({
+      round: () => this.look(),
+      what: "looking at the agent's updater",
+      log: o.log,
+    });
     this.fetch = new PackageFetch(operator, agentUpdate.keys, o.env ?? process.env, this.closing.signal);
   }
 
   /** Picks up an update a previous run left: one cut off before its install failed; one after it is watched. */
   start(ready: () => Promise<boolean>): void {
     this.ready = ready;
+    this.watcher.start();
     const row = this.store.unfinished();
     if (row === undefined) return;
     if (row.state === "downloading" || row.state === "verifying") {
@@ -72,13 +80,12 @@ export class AgentUpdateService {
       void rm(updateDir(this.o.config.agent.dataDir, row.id), { recursive: true, force: true });
       return;
     }
-    this.watch();
+    this.watcher.soon();
   }
 
   async close(): Promise<void> {
     this.closing.abort(new Error("the agent is stopping"));
-    clearInterval(this.timer);
-    await settledWithin(Promise.resolve(this.job), 10_000);
+    await settledWithin(Promise.all([this.watcher.stop(), this.job]), 10_000);
   }
 
   /** Starts an update: refused without keys, outside the packaged service, or while another is under way. */
@@ -133,7 +140,7 @@ export class AgentUpdateService {
       const unit = unitName(id, 1);
       this.store.transition(id, "installing", { updater_unit: unit });
       await this.host.launch(unit, dir);
-      this.watch();
+      this.watcher.soon();
     } catch (err) {
       if (this.closing.signal.aborted) return;
       const f = failureOf(err);
@@ -150,7 +157,7 @@ export class AgentUpdateService {
   private target(body: AgentUpdateRequest, facts: HostFacts): PackageRef {
     const allowHttp = this.o.config.operator.allowHttp;
     const issues: InputIssue[] = [];
-    const checksum = body.checksum?.replace(/^sha256:/, "").toLowerCase() ?? null;
+    const checksum = normalizeChecksum(body.checksum) ?? null;
     if ((body.version === undefined) === (body.url === undefined))
       issues.push({ field: "version", message: "and url: give exactly one of them" });
     if (body.url !== undefined && body.artifact_source != null)
@@ -187,36 +194,19 @@ export class AgentUpdateService {
     };
   }
 
-  /** Looks at the update under way every second until it ends. */
-  private watch(): void {
-    if (this.timer !== undefined) return;
-    const look = async () => {
-      if (this.looking) return;
-      this.looking = true;
-      try {
-        const row = this.store.unfinished();
-        if (row === undefined || (row.state !== "installing" && row.state !== "restarting")) {
-          clearInterval(this.timer);
-          this.timer = undefined;
-          return;
-        }
-        await reconcile(
-          {
-            ...this.o,
-            store: this.store,
-            host: this.host,
-            dataDir: this.o.config.agent.dataDir,
-            ready: this.ready,
-          },
-          row,
-        );
-      } catch (err) {
-        this.o.log.warn({ err }, "agent update: looking at the updater failed");
-      } finally {
-        this.looking = false;
-      }
-    };
-    this.timer = setInterval(() => void look(), WATCH_MS);
-    void look();
+  /**
+   * One look at the update handed to its updater (watch.ts); the next in a second while one is under way,
+   * none after (`soon` starts the looks again). A failed look is logged and tried again.
+   */
+  private async look(): Promise<number | undefined> {
+    const row = this.store.unfinished();
+    if (row === undefined || (row.state !== "installing" && row.state !== "restarting")) return undefined;
+    try {
+      const { store, host, ready } = this;
+      await reconcile({ ...this.o, store, host, dataDir: this.o.config.agent.dataDir, ready }, row);
+    } catch (err) {
+      this.o.log.warn({ err }, "agent update: looking at the updater failed");
+    }
+    return WATCH_MS;
   }
 }

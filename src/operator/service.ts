@@ -7,6 +7,7 @@ import type { Db } from "../store/db.js";
 import { canonicalJson } from "../util/canonical-json.js";
 import { type InputIssue, InvalidInputError } from "../util/invalid-input.js";
 import { settledWithin } from "../util/timers.js";
+import { normalizeChecksum } from "./artifacts/authentication.js";
 import { sourceProblem } from "./artifacts/source.js";
 import { CrashMonitor } from "./crash-monitor.js";
 import {
@@ -37,8 +38,6 @@ export interface OperatorServiceOptions {
   env?: NodeJS.ProcessEnv;
   metrics?: Metrics;
 }
-
-const normalizeChecksum = (c: string | undefined) => c?.replace(/^sha256:/, "").toLowerCase();
 
 /**
  * Operator self-update. An update moves through these states, each recorded (with its `operator_update`

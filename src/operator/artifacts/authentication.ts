@@ -6,6 +6,9 @@ import { checkSignature, parseSignature, type Signature, type TrustedKey, verify
 import type { ArtifactSource } from "./source.js";
 
 const SHA256SUMS_MAX_BYTES = 1_048_576;
+
+/** A request's checksum (`sha256:<hex>` or hex, either case) as the hex digest compares: lower case, bare. */
+export const normalizeChecksum = (c: string | undefined) => c?.replace(/^sha256:/, "").toLowerCase();
 /** A `.minisig` is four short lines; anything much larger is not one. */
 const MINISIG_MAX_BYTES = 4096;
 
