@@ -20,6 +20,7 @@ import { certificatesSharedSchemas } from "./certificates/schemas.js";
 import type { CertificateService } from "./certificates/service.js";
 import { type Access, buildAccess } from "./composition/access.js";
 import { type Areas, buildAreas } from "./composition/areas.js";
+import { buildConnection } from "./composition/connect.js";
 import { createFastify } from "./composition/fastify.js";
 import { manageLifecycle } from "./composition/lifecycle.js";
 import type { Outbox } from "./events/outbox.js";
@@ -142,7 +143,15 @@ export async function buildApp({
   const access = buildAccess(config, db, logger, now);
   const app = createFastify(config.agent, access.access.check, logger, serverFactory);
   const admin = givenAdmin ?? new CaddyAdmin(caddyAddress, config.proxy.caddyTimeoutMs);
-  const areas = buildAreas(config, db, logger, { admin, embedded: embeddedCaddy, plainRoutes }, now);
+  const connection = await buildConnection(config, app, logger);
+  const areas = buildAreas(
+    config,
+    db,
+    logger,
+    { admin, embedded: embeddedCaddy, plainRoutes },
+    now,
+    connection,
+  );
   const { outbox, routes, certificates, accessLogs, writer, caddyAdmin, operator, metrics } = areas;
   const { tokens, audit } = access;
   const services = {
@@ -162,7 +171,7 @@ export async function buildApp({
   await registerEdge(app, access, now);
   const generated = await openApiGenerator?.(app);
   registerRoutes(app, areas, access, generated);
-  manageLifecycle(app, config, db, access, areas, logger);
+  manageLifecycle(app, config, db, access, areas, connection.client, logger);
   return app;
 }
 

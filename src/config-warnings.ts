@@ -90,7 +90,8 @@ export function rootlessFailures(config: AppConfig, p: Privileges): string[] {
   const privileged = (port: number | undefined) =>
     port !== undefined && port > 0 && port < p.unprivilegedPortStart && !p.canBindLowPorts;
   const { listen } = config.agent;
-  if (privileged(listen.port)) failures.push(`the API on port ${listen.port} (HOSTKEEPER_LISTEN)`);
+  if (listen !== "off" && privileged(listen.port))
+    failures.push(`the API on port ${listen.port} (HOSTKEEPER_LISTEN)`);
   if (!config.proxy.caddyAdmin) {
     const low = config.proxy.caddyListen.filter((a) => privileged(portOf(a)));
     if (low.length > 0)

@@ -32,7 +32,7 @@ export async function serve(): Promise<void> {
       `not running as root: these will fail: ${failing.join("; ")}. See docs/security.md, "What needs root"`,
     );
   // Before anything starts: plain HTTP beyond loopback is refused with the reason.
-  checkPlaintext(config.agent.listen, config.listener);
+  if (config.agent.listen !== "off") checkPlaintext(config.agent.listen, config.listener);
   const listener = new Listener(config.listener, logger.child({ component: "listener" }));
   // Secrets stay out of the environment of every child the agent starts (Caddy, package managers, operator).
   delete process.env.HOSTKEEPER_TOKEN;
@@ -75,7 +75,10 @@ export async function serve(): Promise<void> {
     const caddy = embeddedCaddy;
     app.addHook("preClose", () => caddy.close());
   }
-  await app.listen({ host: config.agent.listen.host, port: config.agent.listen.port });
+  const { listen } = config.agent;
+  // Off: the agent is reached only through its connection to the control plane (docs/connect.md).
+  if (listen === "off") await app.ready();
+  else await app.listen({ host: listen.host, port: listen.port });
 
   let closing = false;
   const shutdown = (signal: string) => {
@@ -98,7 +101,7 @@ export async function serve(): Promise<void> {
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));
   // After the handlers: a stop that comes while Caddy is asked its version is a graceful one.
-  await logStart(logger, listener.scheme, app.server.address() as AddressInfo, config, embeddedCaddy);
+  await logStart(logger, listener.scheme, app.server.address() as AddressInfo | null, config, embeddedCaddy);
 }
 
 const showListen = ({ address, port }: AddressInfo) => hostPort({ host: address, port });
@@ -110,7 +113,7 @@ const showListen = ({ address, port }: AddressInfo) => hostPort({ host: address,
 async function logStart(
   logger: Logger,
   scheme: "http" | "https",
-  api: AddressInfo,
+  api: AddressInfo | null,
   config: AppConfig,
   embedded: EmbeddedCaddy | undefined,
 ): Promise<void> {
@@ -128,7 +131,7 @@ async function logStart(
     caddy: embedded ? await embedded.caddyVersion() : null,
   };
   const listen = {
-    api: showListen(api),
+    api: api === null ? "off" : showListen(api),
     api_scheme: scheme,
     caddy_admin: proxy.caddyAdmin ? showCaddyAdmin(proxy.caddyAdmin) : null,
     caddy_server: proxy.caddyServer,
@@ -148,8 +151,9 @@ async function logStart(
       tls,
       caddy_mode: embedded ? "embedded" : "external",
       caddy_settings_applied: caddySettings.applied ?? "all",
+      connect_url: config.connect.url ?? null,
     },
     `hostkeeper ${versions.agent} started on Node ${versions.node} with ${embedded ? "embedded" : "external"} Caddy ${versions.caddy ?? "(version unknown)"}; ` +
-      `API on ${scheme}://${listen.api}, Caddy admin on ${listen.caddy_admin}, managed server ${listen.caddy_server} on ${listen.caddy_listen.join(", ")}; ${caddySettings.text}`,
+      `API ${api === null ? "off (reached through the connection to the control plane only)" : `on ${scheme}://${listen.api}`}, Caddy admin on ${listen.caddy_admin}, managed server ${listen.caddy_server} on ${listen.caddy_listen.join(", ")}; ${caddySettings.text}`,
   );
 }

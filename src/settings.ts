@@ -14,6 +14,7 @@ import {
   type Setting,
   setting,
 } from "./config.js";
+import { checkConnectPairs, connectSettings } from "./connect/settings.js";
 import { eventSettings } from "./events/settings.js";
 import { checkListenerPairs, listenerSettings } from "./listener/settings.js";
 import { operatorSettings } from "./operator/settings.js";
@@ -27,11 +28,11 @@ export const agentSettings = {
     key: "listen",
     env: "HOSTKEEPER_LISTEN",
     area: "agent",
-    doc: "Address of the agent's HTTP API, `host:port`. Keep it on loopback or a private interface.",
+    doc: "Address of the agent's HTTP API, `host:port`. Keep it on loopback or a private interface. `off`: the agent listens on nothing, and is reached only through its connection to the control plane (`HOSTKEEPER_CONNECT_URL`, docs/connect.md); the CLI, which speaks to this address, then has no agent to reach.",
     defaultText: "127.0.0.1:8626",
-    default: { host: "127.0.0.1", port: 8626 },
-    parse: parse.hostPort,
-    show: hostPort,
+    default: { host: "127.0.0.1", port: 8626 } as { host: string; port: number } | "off",
+    parse: (raw: unknown) => (raw === "off" ? ("off" as const) : parse.hostPort(raw)),
+    show: (v: { host: string; port: number } | "off") => (v === "off" ? "off" : hostPort(v)),
   }),
   token: setting({
     key: "token",
@@ -118,6 +119,7 @@ export const settingGroups = {
   system: systemSettings,
   operator: operatorSettings,
   agentUpdate: agentUpdateSettings,
+  connect: connectSettings,
 };
 
 type Groups = typeof settingGroups;
@@ -146,6 +148,7 @@ export function loadConfig(source: ConfigSource): AppConfig {
   }
   checkListenerPairs((out as AppConfig).listener);
   checkIssuancePairs((out as AppConfig).proxy);
+  checkConnectPairs((out as AppConfig).connect);
   out.explicit = explicitSettings(allSettings(), source);
   return out as AppConfig;
 }

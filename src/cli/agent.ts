@@ -204,6 +204,10 @@ function tlsHint(err: NodeJS.ErrnoException): string {
 /** A client of the agent the configuration names, with the command's time-out. */
 export function connect(timeoutMs: number, env: NodeJS.ProcessEnv = process.env): AgentClient {
   const { config, source } = loadAgentConfig(env);
+  if (config.agent.listen === "off")
+    throw new CliFailure(
+      "the agent listens on nothing (HOSTKEEPER_LISTEN=off): it is reached only through its connection to the control plane",
+    );
   let token: string | undefined;
   return new AgentClient(
     agentAddress(config.agent.listen),

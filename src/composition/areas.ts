@@ -18,7 +18,6 @@ import { OnDemandGate } from "../certificates/on-demand-gate.js";
 import { OnDemandKeeper } from "../certificates/on-demand-keeper.js";
 import { OnDemandHosts } from "../certificates/on-demand-store.js";
 import { CertificateService } from "../certificates/service.js";
-import { type AgentIdentity, loadOrCreateIdentity } from "../connect/identity.js";
 import { DenyList } from "../events/egress.js";
 import { Outbox } from "../events/outbox.js";
 import { HealthService, type SupervisedCaddy } from "../health/service.js";
@@ -42,6 +41,7 @@ import { Scheduler } from "../system/schedule/scheduler.js";
 import { ScheduleService } from "../system/schedule/service.js";
 import { ScheduleStore } from "../system/schedule/store.js";
 import { SystemService } from "../system/service.js";
+import type { Connection } from "./connect.js";
 
 /** Every area's service, with the shared mechanisms and adapters they were given. */
 export interface Areas {
@@ -72,12 +72,13 @@ export function buildAreas(
   logger: Logger,
   caddy: { admin: CaddyAdmin; embedded: SupervisedCaddy | undefined; plainRoutes?: boolean },
   now: () => number,
+  connection: Connection,
 ): Areas {
   const { agent, events, proxy } = config;
   const { admin: caddyAdmin, embedded: embeddedCaddy } = caddy;
   const metrics = new Metrics();
   caddyAdmin.countIn(metrics);
-  const deny = new DenyList(events.webhookDenyCidrs);
+  const deny = new DenyList(events.webhookDenyCidrs, connection.client !== undefined);
   const outbox = new Outbox(db, {
     metrics,
     secret:
@@ -87,6 +88,7 @@ export function buildAreas(
     timeoutMs: events.webhookTimeoutMs,
     retryScheduleSeconds: events.webhookRetrySchedule,
     log: logger.child({ component: "outbox" }),
+    channel: connection.client,
   });
   metrics.readOutboxStates(() => outbox.countByState());
   // The writer, the routes and access logs' services and the on-demand endpoint are areas of their own.
@@ -130,7 +132,8 @@ export function buildAreas(
     operator,
     agentUpdate,
     outbox,
-    identity: agentIdentity(agent.dataDir, logger),
+    identity: connection.identity,
+    connection: connection.client,
   });
   return {
     metrics,
@@ -145,17 +148,6 @@ export function buildAreas(
     agentUpdate,
     health,
   };
-}
-
-/** The agent's key pair (connect/identity.ts), made at its first start, which says where it put it. */
-function agentIdentity(dataDir: string, logger: Logger): AgentIdentity {
-  const { identity, created, path } = loadOrCreateIdentity(dataDir);
-  if (created)
-    logger.info(
-      { path, fingerprint: identity.fingerprint },
-      `made the agent's key pair; the private key is in ${path}`,
-    );
-  return identity;
 }
 
 /** The agent's own self-update. */

@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import type { ConnectClient } from "../connect/client.js";
 import type { App } from "../http/types.js";
 import type { AppConfig } from "../settings.js";
 import type { Db } from "../store/db.js";
@@ -18,6 +19,7 @@ export function manageLifecycle(
   db: Db,
   { tokens, audit }: Access,
   areas: Areas,
+  connection: ConnectClient | undefined,
   logger: Logger,
 ): void {
   const retentionMs = config.access.auditRetentionDays * 86_400_000;
@@ -46,11 +48,19 @@ export function manageLifecycle(
     areas.outbox.start();
     areas.schedule.start();
     areas.operator.start();
+    // Without a listener there is no onListen: the agent's own update is watched from here.
+    if (config.agent.listen === "off") startAgentUpdate();
+    // Last: the control plane's requests find every part started. Events waiting for it go at each connection.
+    connection?.start(() => areas.outbox.connectionRestored());
+  });
+  // The control plane's requests stop first: a request run during the close would meet closed parts.
+  app.addHook("preClose", async () => {
+    await connection?.close();
   });
   // Once the API listens: an agent started by its own update says it is ready only when it answers.
-  app.addHook("onListen", async () => {
+  const startAgentUpdate = () =>
     areas.agentUpdate.start(async () => (await areas.health.readiness()).status === "ready");
-  });
+  app.addHook("onListen", async () => startAgentUpdate());
   app.addHook("onClose", async () => {
     tokens.close();
     await pruneAudit.stop();

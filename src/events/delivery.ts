@@ -1,4 +1,4 @@
-import { type CallbackConnections, type DenyList, guardedPost } from "./egress.js";
+import { type CallbackConnections, CONNECTION_CALLBACK, type DenyList, guardedPost } from "./egress.js";
 import { signWebhook } from "./signing.js";
 import type { OutboxEvent } from "./store.js";
 
@@ -10,11 +10,18 @@ export interface AttemptResult {
   retryAfterSeconds: number | undefined;
 }
 
+/** The connection to the control plane, for events whose `callback_url` is CONNECTION_CALLBACK. */
+export interface EventChannel {
+  /** Sends the event; resolves with the status the control plane acknowledged it with. */
+  deliver(id: string, headers: Record<string, string>, body: Buffer, timeoutMs: number): Promise<number>;
+}
+
 export interface DeliveryOptions {
   secret: string;
   deny: DenyList;
   timeoutMs: number;
   connections?: CallbackConnections;
+  channel?: EventChannel | undefined;
 }
 
 /**
@@ -23,24 +30,50 @@ export interface DeliveryOptions {
  */
 export async function deliverSigned(ev: OutboxEvent, opts: DeliveryOptions): Promise<AttemptResult> {
   const timestamp = Math.floor(Date.now() / 1000);
+  const headers = {
+    "content-type": "application/json",
+    "user-agent": "hostkeeper-webhooks/1",
+    "webhook-id": ev.id,
+    "webhook-timestamp": String(timestamp),
+    "webhook-signature": signWebhook(opts.secret, ev.id, timestamp, ev.payload),
+  };
+  if (ev.url === CONNECTION_CALLBACK) return overConnection(ev, headers, opts);
   try {
-    const res = await guardedPost(
-      new URL(ev.url),
-      ev.payload,
-      {
-        "content-type": "application/json",
-        "user-agent": "hostkeeper-webhooks/1",
-        "webhook-id": ev.id,
-        "webhook-timestamp": String(timestamp),
-        "webhook-signature": signWebhook(opts.secret, ev.id, timestamp, ev.payload),
-      },
-      { deny: opts.deny, timeoutMs: opts.timeoutMs, connections: opts.connections },
-    );
+    const res = await guardedPost(new URL(ev.url), ev.payload, headers, {
+      deny: opts.deny,
+      timeoutMs: opts.timeoutMs,
+      connections: opts.connections,
+    });
     const ok = res.status >= 200 && res.status < 300;
     return {
       statusCode: res.status,
       error: ok ? null : `HTTP ${res.status}${res.bodySnippet ? `: ${res.bodySnippet.slice(0, 200)}` : ""}`,
       retryAfterSeconds: res.retryAfterSeconds,
+    };
+  } catch (err) {
+    return { statusCode: null, error: (err as Error).message || String(err), retryAfterSeconds: undefined };
+  }
+}
+
+/** The same signed event as an `event` frame; the control plane's `ack` status judged as an HTTP answer's. */
+async function overConnection(
+  ev: OutboxEvent,
+  headers: Record<string, string>,
+  opts: DeliveryOptions,
+): Promise<AttemptResult> {
+  if (opts.channel === undefined)
+    return {
+      statusCode: null,
+      error: "the agent has no connection to a control plane",
+      retryAfterSeconds: undefined,
+    };
+  try {
+    const status = await opts.channel.deliver(ev.id, headers, Buffer.from(ev.payload), opts.timeoutMs);
+    const ok = status >= 200 && status < 300;
+    return {
+      statusCode: status,
+      error: ok ? null : `acknowledged with ${status}`,
+      retryAfterSeconds: undefined,
     };
   } catch (err) {
     return { statusCode: null, error: (err as Error).message || String(err), retryAfterSeconds: undefined };

@@ -6,9 +6,19 @@ import { type Agent, http } from "../util/node-builtins.js";
 import { absoluteUrl, carriesCredentials } from "../util/urls.js";
 
 /** Address ranges a caller-supplied URL must never reach (cloud metadata, link-local, ...). */
+/**
+ * The `callback_url` that asks for events over the agent's connection to its control plane
+ * (docs/connect.md, "Events"), instead of a POST to a URL.
+ */
+export const CONNECTION_CALLBACK = "hostkeeper:connection";
+
+/** Where callbacks may go: not to the denied address ranges; over the connection only when there is one. */
 export class DenyList {
   private readonly set: AddressSet;
-  constructor(readonly cidrs: readonly string[]) {
+  constructor(
+    readonly cidrs: readonly string[],
+    readonly connection = false,
+  ) {
     this.set = new AddressSet(cidrs);
   }
 
@@ -169,6 +179,10 @@ function post(
 
 /** Parse-time rules for a callback URL: absolute http(s), no credentials, not a denied IP literal. */
 export function callbackUrlProblem(raw: string, deny: DenyList): string | undefined {
+  if (raw === CONNECTION_CALLBACK)
+    return deny.connection
+      ? undefined
+      : `${CONNECTION_CALLBACK} needs the agent's connection to a control plane (HOSTKEEPER_CONNECT_URL), which is not set`;
   const url = absoluteUrl(raw);
   if (!url || (url.protocol !== "http:" && url.protocol !== "https:"))
     return "must be an absolute http or https URL";

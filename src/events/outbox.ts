@@ -4,8 +4,8 @@ import type { Metrics } from "../metrics/metrics.js";
 import type { Db } from "../store/db.js";
 import { Periodic } from "../util/periodic.js";
 import { settledWithin } from "../util/timers.js";
-import { type AttemptResult, deliverSigned } from "./delivery.js";
-import { CallbackConnections, type DenyList } from "./egress.js";
+import { type AttemptResult, deliverSigned, type EventChannel } from "./delivery.js";
+import { CallbackConnections, CONNECTION_CALLBACK, type DenyList } from "./egress.js";
 import type { EventType } from "./event-kinds.js";
 import { judgeAttempt, type Verdict } from "./retry-policy.js";
 import {
@@ -34,6 +34,8 @@ export interface OutboxOptions {
   /** How many deliveries the worker runs at once. */
   concurrency?: number;
   metrics?: Metrics;
+  /** The connection to the control plane, for events to CONNECTION_CALLBACK. */
+  channel?: EventChannel | undefined;
 }
 
 export interface NewEvent {
@@ -131,6 +133,11 @@ export class Outbox {
     return { ok: true, event };
   }
 
+  /** The events waiting for the connection are tried now (it came back), not at their next scheduled attempt. */
+  connectionRestored(): void {
+    if (this.store.dueNowTo(CONNECTION_CALLBACK, Date.now()) > 0) this.kick();
+  }
+
   /**
    * Starts one attempt now, outside the worker's schedule; it ends within `timeoutMs`. The attempt never
    * rejects: a failure is recorded and the event stays with the worker's schedule. close() waits for it.
@@ -221,12 +228,12 @@ export class Outbox {
     if (ev.ordering_key) this.keysInFlight.add(ev.ordering_key);
     const attemptNo = ev.attempts + 1;
     const started = new Date();
-    const { secret, deny } = this.opts;
+    const { secret, deny, channel } = this.opts;
     const connections = this.connections;
     let result: AttemptResult;
     let verdict: Verdict;
     try {
-      result = await deliverSigned(ev, { secret, deny, timeoutMs, connections });
+      result = await deliverSigned(ev, { secret, deny, timeoutMs, connections, channel });
       verdict = judgeAttempt(result, attemptNo - ev.schedule_offset, this.opts.retryScheduleSeconds);
       await this.recorded({
         eventId: ev.id,

@@ -102,6 +102,7 @@ export class OutboxStore {
   private readonly recordAttempt;
   private readonly updateAfterAttempt;
   private readonly byId;
+  private readonly dueNow;
   private readonly listed;
   private readonly attemptsOfIds;
   private readonly markRedelivered;
@@ -131,6 +132,9 @@ export class OutboxStore {
          delivered_at = @delivered_at, last_error = @last_error WHERE id = @id`,
     );
     this.byId = db.prepare("SELECT * FROM outbox_events WHERE id = ?");
+    this.dueNow = db.prepare(
+      "UPDATE outbox_events SET next_attempt_at = ? WHERE state = 'pending' AND url = ? AND next_attempt_at > ?",
+    );
     // Counted on the (state, next_attempt_at) index, without reading a row.
     this.byState = db.prepare("SELECT state, count(*) AS n FROM outbox_events GROUP BY state");
     // Newest first in the order written (rowid), which needs no sort however many events are kept.
@@ -190,6 +194,11 @@ export class OutboxStore {
   /** Puts a delivered or dead event back to pending, due at `now`; false when it is pending or unknown. */
   redeliver(id: string, now: Date): boolean {
     return this.markRedelivered.run({ id, now: now.getTime(), at: now.toISOString() }).changes > 0;
+  }
+
+  /** Makes the pending events to `url` due at `now`; how many. */
+  dueNowTo(url: string, now: number): number {
+    return this.dueNow.run(now, url, now).changes;
   }
 
   /** Pending events due by `now`, the most overdue first (at most 64). */

@@ -41,6 +41,38 @@ export const ReadinessSchema = Type.Object(
 export type Readiness = Static<typeof ReadinessSchema>;
 export type Check = Readiness["checks"]["database"];
 
+const ConnectionStatusSchema = Type.Object(
+  {
+    url: Type.String({ description: "`HOSTKEEPER_CONNECT_URL`." }),
+    state: Type.Union(
+      ["connecting", "connected", "waiting", "stopped"].map((s) => Type.Literal(s)),
+      { description: "`waiting`: between a lost connection and the next dial (the back-off)." },
+    ),
+    since: Type.String({ format: "date-time", description: "When the connection entered its state." }),
+    control_plane: Type.Union([Type.String(), Type.Null()], {
+      description:
+        "The fingerprint of the pinned key the control plane proved on this connection; null when not connected.",
+    }),
+    enrolled: Type.Boolean({ description: "Whether the control plane has accepted the agent's enrollment." }),
+    last_error: Type.Union(
+      [
+        Type.Object(
+          { message: Type.String(), at: Type.String({ format: "date-time" }) },
+          { additionalProperties: false },
+        ),
+        Type.Null(),
+      ],
+      { description: "Why the last connection ended or failed (an unpinned key, a refusal, a time-out)." },
+    ),
+    reconnects: Type.Integer({ description: "Connections lost or failed since the agent started." }),
+    frames_in: Type.Integer(),
+    frames_out: Type.Integer(),
+    bytes_in: Type.Integer(),
+    bytes_out: Type.Integer(),
+  },
+  { additionalProperties: false },
+);
+
 export const AgentStatusSchema = Type.Object(
   {
     versions: Type.Object(
@@ -168,8 +200,15 @@ export const AgentStatusSchema = Type.Object(
         fingerprint: Type.String({
           description: "`SHA256:` and the unpadded base64 of the SHA-256 of the public key's 32 bytes.",
         }),
+        connection: Type.Union([ConnectionStatusSchema, Type.Null()], {
+          description: "The connection to the control plane; null without `HOSTKEEPER_CONNECT_URL`.",
+        }),
       },
-      { additionalProperties: false, description: "The agent's key pair, for its outbound connection." },
+      {
+        additionalProperties: false,
+        description:
+          "The agent's key pair and its outbound connection to the control plane (docs/connect.md).",
+      },
     ),
     readiness: RefTo(ReadinessSchema),
   },

@@ -4,6 +4,7 @@ import { CaddyConfig } from "../caddy/config.js";
 import { PerLoad } from "../caddy/last-load.js";
 import { accepts, type TcpAddress, tcpAddresses } from "../caddy/process/listen-addresses.js";
 import type { CaddyProcessStatus } from "../caddy/process/supervisor.js";
+import type { ConnectStatus } from "../connect/client.js";
 import type { AgentIdentity } from "../connect/identity.js";
 import type { Outbox } from "../events/outbox.js";
 import type { OperatorService } from "../operator/service.js";
@@ -33,6 +34,8 @@ export interface HealthServiceOptions {
   outbox: Outbox;
   /** The agent's public key and its fingerprint. */
   identity: AgentIdentity;
+  /** The connection to the control plane, when there is one. */
+  connection?: { status(): ConnectStatus } | undefined;
 }
 
 /** Each readiness probe waits this long at most for Caddy, and for each listener. */
@@ -132,7 +135,11 @@ export class HealthService {
       boot: this.o.system.bootStatus(),
       operator: { active_instance: this.o.operator.activeInstance() },
       agent_update: this.o.agentUpdate.newest(),
-      connect: { public_key: this.o.identity.publicKey, fingerprint: this.o.identity.fingerprint },
+      connect: {
+        public_key: this.o.identity.publicKey,
+        fingerprint: this.o.identity.fingerprint,
+        connection: this.o.connection?.status() ?? null,
+      },
       readiness,
     };
   }

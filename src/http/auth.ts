@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import { derivedScopes, type Grant, missingScopes } from "../access/scopes.js";
 import type { Principal, TokenRegistry } from "../access/tokens.js";
+import { connectionPrincipal } from "../connect/principal.js";
 import { LOOPBACK } from "../util/cidrs.js";
 import { ApiError, type ProblemCode, problemCodes } from "./errors.js";
 import type { FailureLimiter } from "./rate-limit.js";
@@ -176,10 +177,13 @@ export function registerAccessControl(
 ): void {
   app.addHook("onRequest", async (request, reply) => {
     if (request.is404 !== true && request.routeOptions.config.public === true) return;
-    const r = access.authenticate(request.headers.authorization, request.ip, {
-      method: request.method,
-      url: request.url,
-    });
+    // A request over the connection to the control plane acts with the connection's scopes (connect/principal.ts).
+    const r =
+      connectionPrincipal(request.raw) ??
+      access.authenticate(request.headers.authorization, request.ip, {
+        method: request.method,
+        url: request.url,
+      });
     if (r instanceof ApiError) throw r;
     request.principal = r;
     if (request.is404 === true) return;

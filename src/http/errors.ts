@@ -34,6 +34,7 @@ export const problemCodes = {
   event_pending: { status: 409, title: "Event is still pending" },
   update_in_progress: { status: 409, title: "Update already in progress" },
   update_id_conflict: { status: 409, title: "Update process id already used with a different request" },
+  request_id_reused: { status: 409, title: "Request id already used for another request" },
   token_not_rotatable: { status: 409, title: "Token is configuration and cannot be rotated by the agent" },
   hook_failed: { status: 409, title: "A pre-apply hook of the host refused the apply" },
   agent_update_unsupported: { status: 409, title: "Self-update needs the packaged service" },

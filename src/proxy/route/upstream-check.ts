@@ -37,13 +37,13 @@ export interface UpstreamRules {
 
 /** The agent's API, Caddy's admin endpoint (over TCP; a unix socket is no dial) and the operator's ports. */
 export function ownEndpoints(o: {
-  listen: { host: string; port: number };
+  listen: { host: string; port: number } | "off";
   caddyAdmin: CaddyAdminAddress | undefined;
   operatorPorts: { blue: number; green: number };
 }): OwnEndpoint[] {
-  const own: OwnEndpoint[] = [
-    { port: o.listen.port, host: o.listen.host, what: "the agent's own API (HOSTKEEPER_LISTEN)" },
-  ];
+  const own: OwnEndpoint[] = [];
+  if (o.listen !== "off")
+    own.push({ port: o.listen.port, host: o.listen.host, what: "the agent's own API (HOSTKEEPER_LISTEN)" });
   if (o.caddyAdmin?.kind === "tcp")
     own.push({
       port: Number(o.caddyAdmin.url.port),

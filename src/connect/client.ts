@@ -1,0 +1,258 @@
+import type { KeyObject } from "node:crypto";
+import https from "node:https";
+import { getCACertificates } from "node:tls";
+import type { Logger } from "pino";
+import WebSocket from "ws";
+import type { Grant } from "../access/scopes.js";
+import type { App } from "../http/types.js";
+import { loadOrCreateSecret, readSecret } from "../store/secrets.js";
+import type { IncomingMessage } from "../util/node-builtins.js";
+import { Dispatcher } from "./dispatch.js";
+import { connectionRequestClass } from "./principal.js";
+import { channelBinding, type Headers, publicKeyFromBase64, SUBPROTOCOL } from "./protocol.js";
+import { ReplayCache } from "./replay.js";
+import { AgentSession, type Counters, SessionError } from "./session.js";
+
+export interface ConnectClientOptions {
+  url: string;
+  /** PEM of the CAs the control plane's certificate is verified with; undefined: the system's. */
+  ca: string | undefined;
+  pinned: readonly string[];
+  enrollToken: string | undefined;
+  scopes: readonly Grant[];
+  dataDir: string;
+  publicKey: string;
+  privateKey: KeyObject;
+  agentVersion: string;
+  app: App;
+  log: Logger;
+  /** Reconnect back-off bounds (1 s to 60 s); tests shorten them. */
+  backoffMs?: { min: number; max: number };
+  heartbeatMs?: number;
+  deadAfterMs?: number;
+}
+
+export type ConnectState = "connecting" | "connected" | "waiting" | "stopped";
+
+/** The connection as `/v1/status` and `hostkeeper connect show` tell it. */
+export interface ConnectStatus {
+  url: string;
+  state: ConnectState;
+  /** When the connection entered its state. */
+  since: string;
+  /** The control plane's key fingerprint, once it proved it on this connection. */
+  control_plane: string | null;
+  enrolled: boolean;
+  last_error: { message: string; at: string } | null;
+  reconnects: number;
+  frames_in: number;
+  frames_out: number;
+  bytes_in: number;
+  bytes_out: number;
+}
+
+/** The file that says the control plane accepted this agent's enrollment: the token is not presented again. */
+export const ENROLLED_FILE = "connect-enrolled";
+
+/**
+ * The agent's one connection to its control plane: dialled at start, kept open with heartbeats, dialled
+ * again after a loss with jittered exponential back-off (1 s doubling to 60 s, reset by a connection that
+ * got through its handshake). Through `HTTPS_PROXY` (an HTTP CONNECT proxy; `NO_PROXY` honoured).
+ */
+export class ConnectClient {
+  private state: ConnectState = "connecting";
+  private since = new Date();
+  private lastError: { message: string; at: string } | null = null;
+  private reconnects = 0;
+  private readonly counters: Counters = { framesIn: 0, framesOut: 0, bytesIn: 0, bytesOut: 0 };
+  private session: AgentSession | undefined;
+  private stopping = false;
+  private wakeUp: (() => void) | undefined;
+  private loop: Promise<void> | undefined;
+  private readonly replay = new ReplayCache();
+  private readonly pinned: ReadonlyMap<string, KeyObject>;
+  private readonly agent: https.Agent | undefined;
+  private enrolled: boolean;
+  private connected: () => void = () => {};
+
+  constructor(private readonly o: ConnectClientOptions) {
+    this.pinned = new Map(o.pinned.map((k) => [k, publicKeyFromBase64(k)]));
+    this.enrolled = readSecret(o.dataDir, ENROLLED_FILE).value !== undefined;
+    if (this.enrolled && o.enrollToken)
+      o.log.warn("this agent is enrolled; HOSTKEEPER_ENROLL_TOKEN is not presented again and can be removed");
+    const ca = o.ca ?? systemCas();
+    this.agent = o.url.startsWith("wss:") ? new https.Agent({ ca, proxyEnv: process.env }) : undefined;
+  }
+
+  /** Dials, and keeps dialling; `connected` runs at each connection that got through its handshake. */
+  start(connected: () => void = () => {}): void {
+    this.connected = connected;
+    this.loop ??= this.run();
+  }
+
+  status(): ConnectStatus {
+    const c = this.counters;
+    return {
+      url: this.o.url,
+      state: this.state,
+      since: this.since.toISOString(),
+      control_plane: this.session?.open ? (this.session.controlPlane ?? null) : null,
+      enrolled: this.enrolled,
+      last_error: this.lastError,
+      reconnects: this.reconnects,
+      frames_in: c.framesIn,
+      frames_out: c.framesOut,
+      bytes_in: c.bytesIn,
+      bytes_out: c.bytesOut,
+    };
+  }
+
+  /** Sends an event over the connection; resolves with the control plane's acknowledgement status. */
+  deliver(id: string, headers: Headers, body: Buffer, timeoutMs: number): Promise<number> {
+    const s = this.session;
+    if (s === undefined || !s.open)
+      return Promise.reject(new SessionError("not connected to the control plane"));
+    return s.deliver(id, headers, body, timeoutMs);
+  }
+
+  async close(): Promise<void> {
+    this.stopping = true;
+    this.session?.close();
+    this.wakeUp?.();
+    await this.loop;
+    this.agent?.destroy();
+  }
+
+  private enter(state: ConnectState): void {
+    this.state = state;
+    this.since = new Date();
+  }
+
+  private async run(): Promise<void> {
+    let failures = 0;
+    while (!this.stopping) {
+      this.enter("connecting");
+      const { welcomed, why } = await this.connectOnce();
+      if (this.stopping) break;
+      this.lastError = { message: why, at: new Date().toISOString() };
+      failures = welcomed ? 1 : failures + 1;
+      this.reconnects++;
+      const max = this.o.backoffMs?.max ?? 60_000;
+      const base = Math.min(max, (this.o.backoffMs?.min ?? 1000) * 2 ** (failures - 1));
+      // Equal jitter: half the step fixed, half random, so a fleet cut off together does not return together.
+      const delay = base / 2 + Math.random() * (base / 2);
+      this.o.log.info({ reason: why, retry_in_ms: Math.round(delay) }, "reconnecting to the control plane");
+      this.enter("waiting");
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, delay);
+        this.wakeUp = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+      this.wakeUp = undefined;
+    }
+    this.enter("stopped");
+  }
+
+  /** One connection from dialling to its close; whether it got through its handshake, and why it ended. */
+  private connectOnce(): Promise<{ welcomed: boolean; why: string }> {
+    return new Promise((resolve) => {
+      let welcomed = false;
+      let failure: string | undefined;
+      const ws = new WebSocket(this.o.url, SUBPROTOCOL, {
+        ...(this.agent ? { agent: this.agent } : {}),
+        ...(this.o.ca ? { ca: this.o.ca } : {}),
+        handshakeTimeout: 15_000,
+        perMessageDeflate: false,
+        maxPayload: 16 * 1024 * 1024,
+        headers: { "user-agent": `hostkeeper/${this.o.agentVersion}` },
+      });
+      ws.on("error", (err) => {
+        failure ??= err.message;
+      });
+      ws.on("unexpected-response", (_req, res: IncomingMessage) => {
+        failure = `the control plane answered the WebSocket upgrade with HTTP ${res.statusCode}`;
+        res.resume();
+        ws.terminate();
+      });
+      let binding = "";
+      let remoteAddress = "";
+      let opened = false;
+      ws.once("upgrade", (res: IncomingMessage) => {
+        binding = channelBinding(res.socket);
+        remoteAddress = res.socket.remoteAddress ?? "";
+      });
+      ws.once("open", () => {
+        opened = true;
+        const session = this.openSession(ws, { binding, remoteAddress }, () => {
+          welcomed = true;
+        });
+        this.session = session;
+        session.ended.then((why) => {
+          if (this.session === session) this.session = undefined;
+          resolve({ welcomed, why });
+        });
+      });
+      ws.once("close", () => {
+        if (!opened) resolve({ welcomed, why: failure ?? "the connection closed before its handshake" });
+      });
+    });
+  }
+
+  private openSession(
+    ws: WebSocket,
+    { binding, remoteAddress }: { binding: string; remoteAddress: string },
+    onWelcome: () => void,
+  ): AgentSession {
+    const o = this.o;
+    return new AgentSession(ws, {
+      publicKey: o.publicKey,
+      privateKey: o.privateKey,
+      pinned: this.pinned,
+      enrollToken: this.enrolled ? undefined : o.enrollToken,
+      binding,
+      agentVersion: o.agentVersion,
+      counters: this.counters,
+      log: o.log,
+      ...(o.heartbeatMs ? { heartbeatMs: o.heartbeatMs } : {}),
+      ...(o.deadAfterMs ? { deadAfterMs: o.deadAfterMs } : {}),
+      welcomed: (controlPlane, enrolled, sink) => {
+        onWelcome();
+        this.enter("connected");
+        if (enrolled && !this.enrolled) this.recordEnrollment(controlPlane);
+        o.log.info({ control_plane: controlPlane, url: o.url }, "connected to the control plane");
+        setImmediate(this.connected);
+        return new Dispatcher({
+          app: o.app,
+          peer: controlPlane,
+          requestClass: connectionRequestClass(controlPlane, o.scopes),
+          remoteAddress,
+          replay: this.replay,
+          sink,
+          log: o.log,
+        });
+      },
+    });
+  }
+
+  private recordEnrollment(controlPlane: string): void {
+    const record = () => JSON.stringify({ control_plane: controlPlane, at: new Date().toISOString() });
+    loadOrCreateSecret(this.o.dataDir, ENROLLED_FILE, record);
+    this.enrolled = true;
+    this.o.log.info(
+      { control_plane: controlPlane },
+      "enrolled with the control plane; the enrollment token is not presented again and HOSTKEEPER_ENROLL_TOKEN can be removed",
+    );
+  }
+}
+
+/** The host's CA store; Node's bundled list where the host has none Node can read. */
+function systemCas(): string[] | undefined {
+  try {
+    const cas = getCACertificates("system");
+    return cas.length > 0 ? cas : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,206 @@
+import type { Logger } from "pino";
+import { ApiError, problemBody } from "../http/errors.js";
+import type { App } from "../http/types.js";
+import type { IncomingMessage } from "../util/node-builtins.js";
+import { type Headers, ProtocolError, type StreamFrame } from "./protocol.js";
+import type { KeptAnswer, ReplayCache } from "./replay.js";
+import { type FrameSink, IncomingBody, OutgoingBody } from "./streams.js";
+
+export interface DispatchOptions {
+  app: App;
+  /** The control plane's key fingerprint: whose request ids these are. */
+  peer: string;
+  /** The connection's request class (connect/principal.ts): the scopes its requests act with. */
+  requestClass: typeof IncomingMessage;
+  remoteAddress: string;
+  replay: ReplayCache;
+  sink: FrameSink;
+  log: Logger;
+}
+
+/** Methods that change nothing: run again when sent again, streamed, and stopped by `cancel`. */
+const SAFE = new Set(["GET", "HEAD"]);
+
+interface Active {
+  safe: boolean;
+  body: IncomingBody | undefined;
+  bodyDone: boolean;
+  out: OutgoingBody | undefined;
+  abort: AbortController;
+}
+
+type RequestFrame = Extract<StreamFrame, { t: "req" }>;
+
+/**
+ * The requests of one connection, each run through the agent's own router with `inject`: the same edge,
+ * validation, scopes (the connection's), audit and limits as a request on its port. Reads stream their
+ * answer as it is produced; a change is answered whole, kept by its id for the replay cache, and runs to
+ * its end even when the connection goes (docs/connect.md, "Requests").
+ */
+export class Dispatcher {
+  private readonly active = new Map<string, Active>();
+
+  constructor(private readonly o: DispatchOptions) {}
+
+  get inFlight(): number {
+    return this.active.size;
+  }
+
+  /** One stream frame from the control plane; throws ProtocolError on a frame that breaks the protocol. */
+  onFrame(header: StreamFrame, body: Buffer): void {
+    if (header.t === "req") {
+      this.start(header);
+      return;
+    }
+    const a = this.active.get(header.id);
+    if (a === undefined) return; // a stream that ended or was cancelled meanwhile
+    switch (header.t) {
+      case "data":
+        if (a.body === undefined || a.bodyDone) throw new ProtocolError(`data after the end of ${header.id}`);
+        if (!a.body.add(body)) throw new ProtocolError(`${header.id} sent past its window`);
+        return;
+      case "end":
+        a.bodyDone = true;
+        a.body?.finish();
+        return;
+      case "win":
+        a.out?.grant(header.bytes);
+        return;
+      case "cancel":
+        // A change, once started, runs to its end; only the sending of its answer stops.
+        if (a.safe) a.abort.abort();
+        a.out?.stop();
+        this.active.delete(header.id);
+        return;
+      default:
+        throw new ProtocolError(`a ${header.t} frame from the control plane`);
+    }
+  }
+
+  /** The connection is gone: reads stop, changes run on, their answers kept for the same id sent again. */
+  close(): void {
+    for (const [id, a] of this.active) {
+      a.out?.stop();
+      if (a.safe) a.abort.abort();
+      if (!a.bodyDone) {
+        a.body?.destroy(new Error("the connection closed before the request's body was all sent"));
+        if (!a.safe) this.o.replay.forget(this.o.peer, id);
+      }
+    }
+    this.active.clear();
+  }
+
+  private start(f: RequestFrame): void {
+    if (this.active.has(f.id)) throw new ProtocolError(`request id ${f.id} is already in flight`);
+    if (typeof f.path !== "string" || !f.path.startsWith("/") || typeof f.method !== "string")
+      throw new ProtocolError(`request ${f.id} has no method or path`);
+    const method = f.method.toUpperCase();
+    const safe = SAFE.has(method);
+    const kept = safe ? undefined : this.o.replay.find(this.o.peer, f.id);
+    const a: Active = {
+      safe,
+      body: f.body ? new IncomingBody(f.id, this.o.sink) : undefined,
+      bodyDone: !f.body,
+      out: undefined,
+      abort: new AbortController(),
+    };
+    this.active.set(f.id, a);
+    if (kept !== undefined) {
+      // The body of a request sent again is read and dropped: the first run's answer stands.
+      a.body?.resume();
+      const answer =
+        kept.method === method && kept.path === f.path ? kept.answer : Promise.resolve(idReused(f.id, kept));
+      answer.then(
+        (k) => this.sendKept(f.id, a, k),
+        (err: unknown) => this.fail(f.id, err),
+      );
+      return;
+    }
+    const options = {
+      method,
+      url: f.path,
+      headers: f.headers,
+      ...(a.body ? { payload: a.body } : {}),
+      Request: this.o.requestClass,
+      remoteAddress: this.o.remoteAddress,
+    } as const;
+    if (safe) this.read(f.id, a, options);
+    else this.change(f, a, options);
+  }
+
+  private read(id: string, a: Active, options: Record<string, unknown>): void {
+    this.o.app
+      .inject({ ...options, signal: a.abort.signal, payloadAsStream: true })
+      .then(async (res) => {
+        if (this.active.get(id) !== a) return res.stream().destroy();
+        this.o.sink.send({ t: "res", id, status: res.statusCode, headers: headersOf(res.headers) });
+        a.out = new OutgoingBody(id, this.o.sink);
+        await a.out.pump(res.stream());
+      })
+      .catch((err: unknown) => this.fail(id, err))
+      .finally(() => this.done(id, a));
+  }
+
+  private change(f: RequestFrame, a: Active, options: Record<string, unknown>): void {
+    const answer = this.o.app.inject(options).then(
+      (res): KeptAnswer => ({
+        status: res.statusCode,
+        headers: headersOf(res.headers),
+        body: res.rawPayload,
+      }),
+    );
+    this.o.replay.remember(this.o.peer, f.id, f.method.toUpperCase(), f.path, answer);
+    answer.then(
+      (k) => this.sendKept(f.id, a, k),
+      (err: unknown) => {
+        this.o.replay.forget(this.o.peer, f.id);
+        this.fail(f.id, err);
+        this.done(f.id, a);
+      },
+    );
+  }
+
+  private sendKept(id: string, a: Active, k: KeptAnswer): void {
+    if (this.active.get(id) !== a || !this.o.sink.open) return;
+    this.o.sink.send({ t: "res", id, status: k.status, headers: k.headers });
+    a.out = new OutgoingBody(id, this.o.sink);
+    a.out
+      .pump(once(k.body))
+      .catch((err: unknown) => this.fail(id, err))
+      .finally(() => this.done(id, a));
+  }
+
+  private fail(id: string, err: unknown): void {
+    if (!this.o.sink.open || !this.active.has(id)) return;
+    this.o.log.warn({ err, request: id }, "a request over the connection failed");
+    this.o.sink.send({ t: "abort", id, reason: (err as Error)?.message ?? String(err) });
+  }
+
+  private done(id: string, a: Active): void {
+    if (this.active.get(id) === a) this.active.delete(id);
+  }
+}
+
+async function* once(body: Buffer): AsyncIterable<Buffer> {
+  yield body;
+}
+
+/** Response headers as frames carry them: strings, or lists of strings. */
+function headersOf(h: Record<string, string | string[] | number | undefined>): Headers {
+  const out: Headers = {};
+  for (const [k, v] of Object.entries(h)) if (v !== undefined) out[k] = typeof v === "number" ? String(v) : v;
+  return out;
+}
+
+/** The answer to an id sent again for another request than its first: a problem, nothing run. */
+function idReused(id: string, kept: { method: string; path: string }): KeptAnswer {
+  const problem = new ApiError(
+    "request_id_reused",
+    `request id ${id} was used for ${kept.method} ${kept.path} within the last 10 minutes; a new request needs a new id`,
+  );
+  return {
+    status: problem.status,
+    headers: { "content-type": "application/problem+json; charset=utf-8" },
+    body: Buffer.from(JSON.stringify(problemBody(problem))),
+  };
+}

@@ -1,0 +1,98 @@
+import { Readable } from "node:stream";
+import { CHUNK_BYTES, INITIAL_WINDOW, type StreamFrame } from "./protocol.js";
+
+/** Where a stream's frames go: one connection's send, with a wait while its socket's buffer is full. */
+export interface FrameSink {
+  send(header: StreamFrame, body?: Uint8Array): void;
+  /** Resolves once the connection's outgoing buffer is below its mark, or it closed. */
+  drained(): Promise<void>;
+  readonly open: boolean;
+}
+
+/**
+ * Sends one body as `data` frames of at most CHUNK_BYTES, never more than the peer granted: each stream
+ * starts with INITIAL_WINDOW bytes of credit and the peer's `win` frames add to it as it reads. `end`
+ * closes the body; a stopped sender (cancel, or the connection gone) sends nothing more.
+ */
+export class OutgoingBody {
+  private credit = INITIAL_WINDOW;
+  private wake: (() => void) | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly id: string,
+    private readonly sink: FrameSink,
+  ) {}
+
+  grant(bytes: number): void {
+    if (Number.isFinite(bytes) && bytes > 0) this.credit += bytes;
+    this.wake?.();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    this.wake?.();
+  }
+
+  /** Sends every chunk of `source` then `end`; resolves false when stopped before the end. */
+  async pump(source: AsyncIterable<Uint8Array | string>): Promise<boolean> {
+    for await (const piece of source) {
+      const chunk = typeof piece === "string" ? Buffer.from(piece) : piece;
+      let offset = 0;
+      while (offset < chunk.length) {
+        if (this.stopped || !this.sink.open) return false;
+        if (this.credit <= 0) {
+          await new Promise<void>((resolve) => {
+            this.wake = resolve;
+          });
+          this.wake = undefined;
+          continue;
+        }
+        await this.sink.drained();
+        const n = Math.min(CHUNK_BYTES, this.credit, chunk.length - offset);
+        this.sink.send({ t: "data", id: this.id }, chunk.subarray(offset, offset + n));
+        this.credit -= n;
+        offset += n;
+      }
+    }
+    if (this.stopped || !this.sink.open) return false;
+    this.sink.send({ t: "end", id: this.id });
+    return true;
+  }
+}
+
+/**
+ * A body arriving in `data` frames, as a Readable. The sender may have INITIAL_WINDOW bytes unread here
+ * at most: credit goes back in `win` frames as the reader takes bytes out, a quarter window at a time.
+ */
+export class IncomingBody extends Readable {
+  private received = 0;
+  private granted = INITIAL_WINDOW;
+
+  constructor(
+    private readonly id: string,
+    private readonly sink: FrameSink,
+  ) {
+    super({ highWaterMark: INITIAL_WINDOW });
+  }
+
+  /** A data frame's bytes; false when the sender overran its credit (a protocol error). */
+  add(bytes: Buffer): boolean {
+    this.received += bytes.length;
+    if (this.received > this.granted) return false;
+    this.push(Buffer.from(bytes));
+    return true;
+  }
+
+  finish(): void {
+    this.push(null);
+  }
+
+  override _read(): void {
+    const consumed = this.received - this.readableLength;
+    const target = consumed + INITIAL_WINDOW;
+    if (target - this.granted < INITIAL_WINDOW / 4 || !this.sink.open) return;
+    this.sink.send({ t: "win", id: this.id, bytes: target - this.granted });
+    this.granted = target;
+  }
+}
