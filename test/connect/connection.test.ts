@@ -15,7 +15,9 @@ test("an agent enrolls with its token, and the control plane calls its API over 
   const agent = await cp.waitForAgent();
   const res = await agent.fetch("/v1/status");
   assert.equal(res.status, 200);
-  const status = (await res.json()) as { connect: { fingerprint: string; connection: { state: string; control_plane: string } } };
+  const status = (await res.json()) as {
+    connect: { fingerprint: string; connection: { state: string; control_plane: string } };
+  };
   assert.equal(status.connect.fingerprint, agent.fingerprint);
   assert.equal(status.connect.connection.state, "connected");
   assert.equal(status.connect.connection.control_plane, cp.cp.fingerprint);

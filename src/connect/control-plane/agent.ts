@@ -76,7 +76,8 @@ export class ConnectedAgent implements FrameSink {
       ws.once("close", (code, reason) => {
         clearInterval(this.beat);
         const why = `closed (${code}${reason.length > 0 ? `: ${reason}` : ""})`;
-        for (const [id, p] of this.pending) this.failPending(id, p, new Error(`the agent's connection ${why}`));
+        for (const [id, p] of this.pending)
+          this.failPending(id, p, new Error(`the agent's connection ${why}`));
         for (const w of this.drainWaiters.splice(0)) w();
         resolve(why);
       }),

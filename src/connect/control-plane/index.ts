@@ -1,7 +1,7 @@
 import { createPrivateKey, type KeyObject, randomBytes, timingSafeEqual } from "node:crypto";
-import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
-import { WebSocketServer, type WebSocket } from "ws";
+import { type WebSocket, WebSocketServer } from "ws";
+import type { IncomingMessage, Server } from "../../util/node-builtins.js";
 import {
   channelBinding,
   decodeFrame,
@@ -130,7 +130,10 @@ export class ControlPlane {
     return new Promise((resolve, reject) => {
       const list = this.waiters.get(fingerprint) ?? [];
       const timer = setTimeout(() => {
-        this.waiters.set(fingerprint, (this.waiters.get(fingerprint) ?? []).filter((w) => w !== done));
+        this.waiters.set(
+          fingerprint,
+          (this.waiters.get(fingerprint) ?? []).filter((w) => w !== done),
+        );
         reject(new Error(`agent ${fingerprint} did not connect within ${timeoutMs} ms`));
       }, timeoutMs);
       const done = (a: ConnectedAgent) => {
@@ -241,7 +244,8 @@ export class ControlPlane {
       return refuse("bad_signature", "the agent's signature does not verify for this handshake");
     const key: AgentKey = { publicKey: hello.key, fingerprint: fingerprintOf(hello.key) };
     if (!(await this.o.enrollment.isEnrolled(key))) {
-      if (auth.enroll_token === undefined) return refuse("unknown_agent", `agent ${key.fingerprint} is not enrolled`);
+      if (auth.enroll_token === undefined)
+        return refuse("unknown_agent", `agent ${key.fingerprint} is not enrolled`);
       if (!(await this.o.enrollment.enroll(auth.enroll_token, key)))
         return refuse("bad_token", "the enrollment token is not valid (unknown, or used already)");
     }
