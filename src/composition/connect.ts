@@ -41,6 +41,8 @@ export async function buildConnection(config: AppConfig, app: App, logger: Logge
     agentVersion: packageVersion(),
     app,
     log: logger.child({ component: "connect" }),
+    heartbeatMs: c.heartbeatS * 1000,
+    deadAfterMs: c.heartbeatS * 3000,
   });
   return { identity, client };
 }

@@ -82,6 +82,15 @@ export const connectSettings = {
     },
     show: (scopes: string[]) => scopes.join(", "),
   }),
+  heartbeatS: setting({
+    key: "connectHeartbeatS",
+    env: "HOSTKEEPER_CONNECT_HEARTBEAT_S",
+    area: "agent",
+    doc: "Seconds between the agent's pings on the connection; a control plane silent for three of them is taken for dead and dialled again. Keep it under the idle time-out of any proxy between the two.",
+    defaultText: "15",
+    default: 15,
+    parse: parse.int(1, 60),
+  }),
 };
 
 /** A URL needs a pinned key: the agent talks to no control plane it cannot identify. */
