@@ -8,6 +8,7 @@ import { EmbeddedCaddy, embeddedCaddyAddress } from "./caddy/process/embedded.js
 import { writeCaddyEnvFile } from "./caddy/process/memory-limit.js";
 import { showCaddyAdmin } from "./caddy/settings.js";
 import { currentPrivileges, rootlessFailures, unknownEnvWarnings } from "./config-warnings.js";
+import type { App } from "./http/types.js";
 import { checkPlaintext, Listener } from "./listener/listener.js";
 import { createLogger } from "./logging.js";
 import { packageVersion } from "./paths.js";
@@ -79,7 +80,13 @@ export async function serve(): Promise<void> {
   // Off: the agent is reached only through its connection to the control plane (docs/connect.md).
   if (listen === "off") await app.ready();
   else await app.listen({ host: listen.host, port: listen.port });
+  stopOnSignals(app, logger, config.agent.shutdownTimeoutMs);
+  // After the handlers: a stop that comes while Caddy is asked its version is a graceful one.
+  await logStart(logger, listener.scheme, app.server.address() as AddressInfo | null, config, embeddedCaddy);
+}
 
+/** SIGTERM and SIGINT close the app (in-flight requests finish) within `timeoutMs`, then end the process. */
+function stopOnSignals(app: App, logger: Logger, timeoutMs: number): void {
   let closing = false;
   const shutdown = (signal: string) => {
     if (closing) return;
@@ -88,7 +95,7 @@ export async function serve(): Promise<void> {
     const force = setTimeout(() => {
       logger.error("in-flight requests did not finish in time; exiting");
       process.exit(1);
-    }, config.agent.shutdownTimeoutMs);
+    }, timeoutMs);
     force.unref();
     app.close().then(
       () => process.exit(0),
@@ -100,8 +107,6 @@ export async function serve(): Promise<void> {
   };
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));
-  // After the handlers: a stop that comes while Caddy is asked its version is a graceful one.
-  await logStart(logger, listener.scheme, app.server.address() as AddressInfo | null, config, embeddedCaddy);
 }
 
 const showListen = ({ address, port }: AddressInfo) => hostPort({ host: address, port });

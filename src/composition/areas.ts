@@ -122,19 +122,13 @@ export function buildAreas(
     log: logger.child({ component: "operator" }),
   });
   const agentUpdate = buildAgentUpdate(config, db, outbox, logger);
-  metrics.readCaddyRestarts(() => embeddedCaddy?.status().restarts ?? 0);
-  const health = new HealthService({
+  const health = buildHealth(
+    config,
     db,
-    caddyAdmin,
-    server: proxy.caddyServer,
-    embedded: embeddedCaddy,
-    system,
-    operator,
-    agentUpdate,
-    outbox,
-    identity: connection.identity,
-    connection: connection.client,
-  });
+    { caddyAdmin, embeddedCaddy, system, operator, agentUpdate, outbox },
+    metrics,
+    connection,
+  );
   return {
     metrics,
     deny,
@@ -148,6 +142,39 @@ export function buildAreas(
     agentUpdate,
     health,
   };
+}
+
+/** Health, which reads every area, and the metrics of the embedded Caddy and the connection. */
+function buildHealth(
+  config: AppConfig,
+  db: Db,
+  parts: {
+    caddyAdmin: CaddyAdmin;
+    embeddedCaddy: SupervisedCaddy | undefined;
+    system: SystemService;
+    operator: OperatorService;
+    agentUpdate: AgentUpdateService;
+    outbox: Outbox;
+  },
+  metrics: Metrics,
+  connection: Connection,
+): HealthService {
+  const { caddyAdmin, embeddedCaddy, system, operator, agentUpdate, outbox } = parts;
+  const client = connection.client;
+  if (client) metrics.readConnection(() => client.status());
+  metrics.readCaddyRestarts(() => embeddedCaddy?.status().restarts ?? 0);
+  return new HealthService({
+    db,
+    caddyAdmin,
+    server: config.proxy.caddyServer,
+    embedded: embeddedCaddy,
+    system,
+    operator,
+    agentUpdate,
+    outbox,
+    identity: connection.identity,
+    connection: client,
+  });
 }
 
 /** The agent's own self-update. */

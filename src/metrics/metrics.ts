@@ -1,4 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import type { ConnectStatus } from "../connect/client.js";
 
 /** What Caddy's admin API did with one request: the status class it answered, or `error` for no answer. */
 export type CaddyRequestOutcome = "2xx" | "3xx" | "4xx" | "5xx" | "error";
@@ -108,6 +109,40 @@ export class Metrics {
    * by name (the host, or a custom certificate's own name) and source, and how many entries have each
    * status. A scrape while Caddy cannot be read shows none rather than failing the whole scrape.
    */
+  /** The connection to the control plane (connect/client.ts): the client counts, these show its counts. */
+  readConnection(status: () => ConnectStatus): void {
+    const registers = [this.registry];
+    new Gauge({
+      name: `${PREFIX}connect_connected`,
+      help: "1 while the connection to the control plane is up (past its handshake), else 0.",
+      registers,
+      collect() {
+        this.set(status().state === "connected" ? 1 : 0);
+      },
+    });
+    const counters: [string, string, (s: ConnectStatus) => number][] = [
+      [
+        "connect_reconnects_total",
+        "Connections to the control plane lost or failed since the agent started.",
+        (s) => s.reconnects,
+      ],
+      ["connect_frames_received_total", "Frames received from the control plane.", (s) => s.frames_in],
+      ["connect_frames_sent_total", "Frames sent to the control plane.", (s) => s.frames_out],
+      ["connect_received_bytes_total", "Bytes of frames received from the control plane.", (s) => s.bytes_in],
+      ["connect_sent_bytes_total", "Bytes of frames sent to the control plane.", (s) => s.bytes_out],
+    ];
+    for (const [name, help, read] of counters)
+      new Counter({
+        name: `${PREFIX}${name}`,
+        help,
+        registers,
+        collect() {
+          this.reset();
+          this.inc(read(status()));
+        },
+      });
+  }
+
   readCertificates(
     list: () => Promise<
       {
