@@ -148,7 +148,7 @@ export function loadConfig(source: ConfigSource): AppConfig {
   }
   checkListenerPairs((out as AppConfig).listener);
   checkIssuancePairs((out as AppConfig).proxy);
-  checkConnectPairs((out as AppConfig).connect);
+  checkConnectPairs((out as AppConfig).connect, (out as AppConfig).agent.listen);
   out.explicit = explicitSettings(allSettings(), source);
   return out as AppConfig;
 }

@@ -76,7 +76,8 @@ export const AgentUpdateRequestSchema = Type.Object(
     callback_url: Type.Optional(
       Type.String({
         maxLength: 2048,
-        description: "Absolute http(s) URL that receives an `agent_update` event at each state change.",
+        description:
+          "Absolute http(s) URL that receives an `agent_update` event at each state change; `hostkeeper:connection`: over the connection to the control plane (docs/connect.md).",
       }),
     ),
   },

@@ -170,6 +170,7 @@ function describeFull(r: StatusReport, s: AgentStatus): string {
     ["patches", patchesText(r.compliance)],
     ["operator", operator],
     ["self-update", selfUpdateText(s.agent_update)],
+    ["connection", connectionText(s.connect.connection)],
     [
       "versions",
       `hostkeeper ${s.versions.agent}, node ${s.versions.node}${s.versions.caddy ? `, caddy ${s.versions.caddy}` : ""}`,
@@ -183,6 +184,14 @@ function selfUpdateText(u: AgentStatus["agent_update"]): string {
   const to = u.to_version === null ? "" : ` -> ${u.to_version}`;
   const why = u.error === null ? "" : ` (${u.error.code})`;
   return `${u.id} ${u.state}${why}, ${u.from_version}${to}, at ${u.finished_at ?? u.updated_at}`;
+}
+
+/** The connection to the control plane: `connected to SHA256:... since <time>`, why it is down, or `none`. */
+function connectionText(c: AgentStatus["connect"]["connection"]): string {
+  if (c === null) return "none";
+  if (c.state === "connected") return `connected to ${c.control_plane} at ${c.url} since ${c.since}`;
+  const why = c.last_error === null ? "" : `: ${c.last_error.message}`;
+  return `${c.state} since ${c.since} (${c.url}, ${c.reconnects} reconnects)${why}`;
 }
 
 function describe(r: StatusReport): string {

@@ -1,15 +1,16 @@
 import type { KeyObject } from "node:crypto";
 import https from "node:https";
+import { join } from "node:path";
 import { getCACertificates } from "node:tls";
 import type { Logger } from "pino";
 import WebSocket from "ws";
 import type { Grant } from "../access/scopes.js";
 import type { App } from "../http/types.js";
-import { loadOrCreateSecret, readSecret } from "../store/secrets.js";
-import type { IncomingMessage } from "../util/node-builtins.js";
+import { readSecret } from "../store/secrets.js";
+import { fs, type IncomingMessage } from "../util/node-builtins.js";
 import { Dispatcher } from "./dispatch.js";
 import { connectionRequestClass } from "./principal.js";
-import { channelBinding, type Headers, publicKeyFromBase64, SUBPROTOCOL } from "./protocol.js";
+import { channelBinding, fingerprintOf, type Headers, publicKeyFromBase64, SUBPROTOCOL } from "./protocol.js";
 import { ReplayCache } from "./replay.js";
 import { AgentSession, type Counters, SessionError } from "./session.js";
 
@@ -77,7 +78,7 @@ export class ConnectClient {
 
   constructor(private readonly o: ConnectClientOptions) {
     this.pinned = new Map(o.pinned.map((k) => [k, publicKeyFromBase64(k)]));
-    this.enrolled = readSecret(o.dataDir, ENROLLED_FILE).value !== undefined;
+    this.enrolled = enrolledAs(o.dataDir) === fingerprintOf(o.publicKey);
     if (this.enrolled && o.enrollToken)
       o.log.warn("this agent is enrolled; HOSTKEEPER_ENROLL_TOKEN is not presented again and can be removed");
     const ca = o.ca ?? systemCas();
@@ -191,6 +192,11 @@ export class ConnectClient {
         this.session = session;
         session.ended.then((why) => {
           if (this.session === session) this.session = undefined;
+          if (session.refusal === "unknown_agent" && this.enrolled)
+            this.o.log.warn(
+              { path: join(this.o.dataDir, ENROLLED_FILE) },
+              "the control plane no longer knows this agent; to enroll it again, remove this file and set a new HOSTKEEPER_ENROLL_TOKEN",
+            );
           resolve({ welcomed, why });
         });
       });
@@ -237,8 +243,13 @@ export class ConnectClient {
   }
 
   private recordEnrollment(controlPlane: string): void {
-    const record = () => JSON.stringify({ control_plane: controlPlane, at: new Date().toISOString() });
-    loadOrCreateSecret(this.o.dataDir, ENROLLED_FILE, record);
+    const record = {
+      agent: fingerprintOf(this.o.publicKey),
+      control_plane: controlPlane,
+      at: new Date().toISOString(),
+    };
+    // Root's data dir (store/data-dir.ts): no other user can change what is written here.
+    fs.writeFileSync(join(this.o.dataDir, ENROLLED_FILE), `${JSON.stringify(record)}\n`, { mode: 0o600 });
     this.enrolled = true;
     this.o.log.info(
       { control_plane: controlPlane },
@@ -252,6 +263,17 @@ function systemCas(): string[] | undefined {
   try {
     const cas = getCACertificates("system");
     return cas.length > 0 ? cas : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The agent fingerprint the enrollment record was written for; undefined without one (or an unreadable one). */
+function enrolledAs(dataDir: string): string | undefined {
+  const { value } = readSecret(dataDir, ENROLLED_FILE);
+  if (value === undefined) return undefined;
+  try {
+    return (JSON.parse(value) as { agent?: string }).agent;
   } catch {
     return undefined;
   }

@@ -153,7 +153,7 @@ export class Dispatcher {
     answer.then(
       (k) => this.sendKept(f.id, a, k),
       (err: unknown) => {
-        this.o.replay.forget(this.o.peer, f.id);
+        // Kept failed: whatever the run did, its id is not run again (sent again, it is aborted again).
         this.fail(f.id, err);
         this.done(f.id, a);
       },

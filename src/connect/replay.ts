@@ -37,7 +37,7 @@ export class ReplayCache {
 
   remember(peer: string, id: string, method: string, path: string, answer: Promise<KeptAnswer>): void {
     this.sweep();
-    // A failed run is kept as failed: its id is never run again either.
+    // A run that ended without an answer is kept so: its id is never run again either (only `forget` undoes it).
     answer.catch(() => {});
     this.entries.set(`${peer} ${id}`, { method, path, answer, at: this.now() });
   }

@@ -14,6 +14,7 @@ import {
   messageBytes,
   newNonce,
   ProtocolError,
+  type RefusalCode,
   type StreamFrame,
   signTranscript,
   transcript,
@@ -69,6 +70,8 @@ export class AgentSession implements FrameSink {
   private lastHeard = Date.now();
   private readonly timers: NodeJS.Timeout[] = [];
   private why: string | undefined;
+  /** The control plane's code when it refused the agent. */
+  refusal: RefusalCode | undefined;
   readonly ended: Promise<string>;
 
   constructor(
@@ -171,6 +174,7 @@ export class AgentSession implements FrameSink {
 
   private onChallenge(f: Frame): void {
     if (f.t === "refused") {
+      this.refusal = f.code;
       this.fail(`the control plane refused the agent: ${f.reason}`, 1000);
       return;
     }
@@ -205,6 +209,7 @@ export class AgentSession implements FrameSink {
 
   private onWelcome(f: Frame): void {
     if (f.t === "refused") {
+      this.refusal = f.code;
       this.fail(`the control plane refused the agent: ${f.reason}`, 1000);
       return;
     }

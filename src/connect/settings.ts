@@ -93,8 +93,16 @@ export const connectSettings = {
   }),
 };
 
-/** A URL needs a pinned key: the agent talks to no control plane it cannot identify. */
-export function checkConnectPairs(c: { url: string | undefined; keys: string[] }): void {
+/**
+ * A URL needs a pinned key: the agent talks to no control plane it cannot identify. An agent that listens on
+ * nothing needs the connection: nobody could reach it.
+ */
+export function checkConnectPairs(c: { url: string | undefined; keys: string[] }, listen: unknown): void {
+  if (listen === "off" && c.url === undefined)
+    throw new ConfigError(
+      "HOSTKEEPER_LISTEN",
+      `is off, which needs ${connectSettings.url.env}: an agent listening on nothing without a connection could not be reached`,
+    );
   if (c.url !== undefined && c.keys.length === 0)
     throw new ConfigError(
       connectSettings.url.env,

@@ -3,7 +3,7 @@ import type { FieldError } from "./errors.js";
 
 /**
  * The one check of a request's `callback_url` (routes, applies, operator updates), at the HTTP edge: absolute
- * http(s), no credentials, not an address the deny list refuses. Absent and null ask for no callback. Each
+ * http(s), no credentials, not an address the deny list refuses; or `hostkeeper:connection` when the agent has one. Absent and null ask for no callback. Each
  * route adds what it returns to its other field errors, so one 400 names every offending field.
  */
 export function callbackUrlError(

@@ -104,11 +104,6 @@ export class Metrics {
     });
   }
 
-  /**
-   * The certificates of the list (`GET /v1/proxy/certificates`), computed when scraped: each one's expiry
-   * by name (the host, or a custom certificate's own name) and source, and how many entries have each
-   * status. A scrape while Caddy cannot be read shows none rather than failing the whole scrape.
-   */
   /** The connection to the control plane (connect/client.ts): the client counts, these show its counts. */
   readConnection(status: () => ConnectStatus): void {
     const registers = [this.registry];
@@ -143,6 +138,11 @@ export class Metrics {
       });
   }
 
+  /**
+   * The certificates of the list (`GET /v1/proxy/certificates`), computed when scraped: each one's expiry
+   * by name (the host, or a custom certificate's own name) and source, and how many entries have each
+   * status. A scrape while Caddy cannot be read shows none rather than failing the whole scrape.
+   */
   readCertificates(
     list: () => Promise<
       {

@@ -26,7 +26,8 @@ export const OperatorUpdateRequestSchema = Type.Object(
   {
     callback_url: Type.String({
       maxLength: 2048,
-      description: "Absolute http(s) URL that receives an `operator_update` event at each state change.",
+      description:
+        "Absolute http(s) URL that receives an `operator_update` event at each state change; `hostkeeper:connection`: over the connection to the control plane (docs/connect.md).",
     }),
     update_process_id: Type.String({
       pattern: UPDATE_ID_PATTERN,

@@ -135,7 +135,8 @@ export const MaintenanceSchema = Type.Object(
 export const CallbackUrlSchema = NullableString(
   Type.String({
     maxLength: 2048,
-    description: "Absolute http(s) URL that receives the `route_backup` event before the change is applied.",
+    description:
+      "Absolute http(s) URL that receives the `route_backup` event before the change is applied; `hostkeeper:connection`: over the connection to the control plane (docs/connect.md).",
   }),
 );
 

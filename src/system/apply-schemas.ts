@@ -48,7 +48,7 @@ export const ApplyUpdatesRequestSchema = Type.Object(
         minLength: 1,
         maxLength: 2048,
         description:
-          "Optional. Receives a signed `system_update` event (the apply's status) at each state change, in order, through the durable outbox; absolute http(s), no credentials.",
+          "Optional. Receives a signed `system_update` event (the apply's status) at each state change, in order, through the durable outbox; absolute http(s), no credentials, or `hostkeeper:connection` for the connection to the control plane (docs/connect.md).",
       }),
     ),
     ...Selection,

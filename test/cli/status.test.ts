@@ -30,6 +30,7 @@ describe("status", () => {
       "patches",
       "operator",
       "self-update",
+      "connection",
       "versions",
     ]);
     assert.match(
@@ -42,6 +43,7 @@ describe("status", () => {
     assert.equal(s.patches, "never checked");
     assert.equal(s.operator, "none installed");
     assert.equal(s["self-update"], "none");
+    assert.equal(s.connection, "none");
     assert.equal(s.versions, `hostkeeper ${packageVersion()}, node ${process.version}`);
   });
 

@@ -10,6 +10,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { publicKeyBase64 } from "../../src/connect/protocol.js";
+import { loadConfig } from "../../src/settings.js";
+import { runCli, startCliAgent } from "../cli/support.js";
 import { buildTestApp, type TestApp } from "../helpers/app.js";
 import { startCaddy } from "../helpers/caddy.js";
 import { startControlPlane } from "../helpers/control-plane.js";
@@ -178,3 +180,59 @@ function tmpData(t: { after: (fn: () => void) => void }): string {
 }
 
 const reEscape = (s: string) => s.replace(/[+/]/g, "\\$&");
+
+test("hostkeeper status says whom the agent is connected to, and why not when it is not", async (t) => {
+  const cp = await startControlPlane(t);
+  const agent = await startCliAgent(t, cp.agentEnv());
+  await cp.waitForAgent();
+  const connected = await runCli(["status"], agent.env);
+  assert.equal(connected.code, 0, connected.stderr);
+  const line = (out: string) => /^connection +(.*)$/m.exec(out)?.[1] ?? "";
+  assert.match(
+    line(connected.stdout),
+    new RegExp(`^connected to ${reEscape(cp.cp.fingerprint)} at ${cp.url} since \\S+Z$`),
+  );
+  await cp.close();
+  await until(async () => (await connection(agent)).state !== "connected");
+  const down = await runCli(["status"], agent.env);
+  assert.match(
+    line(down.stdout),
+    /^(waiting|connecting) since \S+Z \(wss:\/\/127\.0\.0\.1:\d+\/agents, \d+ reconnects\)/,
+  );
+});
+
+test("settings: a URL needs pinned keys, ws:// only to loopback, an agent listening on nothing needs a URL", () => {
+  const key = publicKeyBase64(generateKeyPairSync("ed25519").publicKey);
+  const refused = (env: Record<string, string>, why: RegExp) => assert.throws(() => loadConfig({ env }), why);
+  refused({ HOSTKEEPER_CONNECT_URL: "wss://cp.example/agents" }, /needs HOSTKEEPER_CONNECT_KEYS/);
+  refused(
+    { HOSTKEEPER_CONNECT_URL: "ws://cp.example/agents", HOSTKEEPER_CONNECT_KEYS: key },
+    /only for a loopback/,
+  );
+  refused(
+    { HOSTKEEPER_CONNECT_URL: "https://cp.example/", HOSTKEEPER_CONNECT_KEYS: key },
+    /expected a wss:\/\/ URL/,
+  );
+  refused(
+    { HOSTKEEPER_CONNECT_URL: "wss://cp.example/", HOSTKEEPER_CONNECT_KEYS: "c2hvcnQ=" },
+    /base64 of 32 bytes/,
+  );
+  refused({ HOSTKEEPER_LISTEN: "off" }, /HOSTKEEPER_LISTEN.*needs HOSTKEEPER_CONNECT_URL/);
+  refused(
+    {
+      HOSTKEEPER_CONNECT_URL: "wss://cp.example/",
+      HOSTKEEPER_CONNECT_KEYS: key,
+      HOSTKEEPER_CONNECT_SCOPES: "proxy:fly",
+    },
+    /unknown scopes: proxy:fly/,
+  );
+  const ok = loadConfig({
+    env: {
+      HOSTKEEPER_LISTEN: "off",
+      HOSTKEEPER_CONNECT_URL: "ws://127.0.0.1:9/agents",
+      HOSTKEEPER_CONNECT_KEYS: key,
+    },
+  });
+  assert.equal(ok.agent.listen, "off");
+  assert.deepEqual(ok.connect.scopes, ["*"]);
+});

@@ -2,7 +2,7 @@
  * The control plane killed (SIGKILL) while an asynchronous apply runs in a sandboxed apt (issue 37): the
  * agent dials again, the request sent again with its id is answered from the first run and the apply runs
  * once, and every event of the apply reaches the control plane over the connection. The control plane is
- * the runnable example of docs/connect.md (examples/control-plane.ts), in a child process.
+ * the runnable example of docs/connect.md (docs/examples/control-plane.ts), in a child process.
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
@@ -52,7 +52,7 @@ async function startExample(
 ): Promise<ControlPlaneProcess> {
   const child = spawn(
     join(projectRoot(), "scripts/node"),
-    [join(projectRoot(), "dist/examples/control-plane.js")],
+    [join(projectRoot(), "dist/docs/examples/control-plane.js")],
     {
       env: {
         ...process.env,

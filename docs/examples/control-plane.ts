@@ -4,7 +4,7 @@
  * events. Run it (after `npm run build`) with:
  *
  *   CP_DIR=/var/lib/my-control-plane CP_LISTEN=0.0.0.0:8443 CP_TLS_CERT=cert.pem CP_TLS_KEY=key.pem \
- *     scripts/node dist/examples/control-plane.js
+ *     scripts/node dist/docs/examples/control-plane.js
  *
  * It prints its public key (for the agents' HOSTKEEPER_CONNECT_KEYS) and one enrollment token per start
  * (for HOSTKEEPER_ENROLL_TOKEN), as JSON lines on stdout. Without CP_TLS_CERT it serves plain ws:// (only
@@ -16,15 +16,17 @@
  *   GET  /events                          the events received, in order
  */
 import { generateKeyPairSync } from "node:crypto";
-import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer as createHttpServer, type IncomingMessage, type Server } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import { join } from "node:path";
-import { type AgentKey, ControlPlane, type Enrollment } from "../src/connect/control-plane/index.js";
+import { type AgentKey, ControlPlane, type Enrollment } from "../../src/connect/control-plane/index.js";
 
 const dir = process.env.CP_DIR ?? ".";
 const [host, port] = (process.env.CP_LISTEN ?? "127.0.0.1:8443").split(":");
 const [apiHost, apiPort] = (process.env.CP_API_LISTEN ?? "127.0.0.1:8444").split(":");
+
+mkdirSync(dir, { recursive: true, mode: 0o700 });
 
 /** The control plane's key, made once and kept: agents pin its public half. */
 const keyFile = join(dir, "control-plane.key");
@@ -57,7 +59,8 @@ class FileEnrollment implements Enrollment {
     return true;
   }
   private save(): void {
-    writeFileSync(this.file, JSON.stringify(this.state));
+    // Unused tokens are secrets: readable by the control plane's user alone.
+    writeFileSync(this.file, JSON.stringify(this.state), { mode: 0o600 });
   }
 }
 
