@@ -28,7 +28,7 @@ export const agentSettings = {
     key: "listen",
     env: "HOSTKEEPER_LISTEN",
     area: "agent",
-    doc: "Address of the agent's HTTP API, `host:port`. Keep it on loopback or a private interface. `off`: the agent listens on nothing, and is reached only through its connection to the control plane (`HOSTKEEPER_CONNECT_URL`, docs/connect.md); the CLI, which speaks to this address, then has no agent to reach.",
+    doc: "Address of the agent's HTTP API, `host:port`. Keep it on loopback or a private interface. `off`: the agent listens on nothing, and is reached only through its connection to the control plane (`HOSTKEEPER_CONNECT_URL`, which `off` then needs; docs/connect.md); the CLI, which speaks to this address, then has no agent to reach.",
     defaultText: "127.0.0.1:8626",
     default: { host: "127.0.0.1", port: 8626 } as { host: string; port: number } | "off",
     parse: (raw: unknown) => (raw === "off" ? ("off" as const) : parse.hostPort(raw)),
