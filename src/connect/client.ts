@@ -71,6 +71,7 @@ export class ConnectClient {
   private wakeUp: (() => void) | undefined;
   private loop: Promise<void> | undefined;
   private readonly replay = new ReplayCache();
+  private readonly running = new Set<Promise<unknown>>();
   private readonly pinned: ReadonlyMap<string, KeyObject>;
   private readonly agent: https.Agent | undefined;
   private enrolled: boolean;
@@ -116,12 +117,14 @@ export class ConnectClient {
     return s.deliver(id, headers, body, timeoutMs);
   }
 
+  /** Closes the connection, then waits for the requests it started (changes run to their end). */
   async close(): Promise<void> {
     this.stopping = true;
     this.session?.close();
     this.wakeUp?.();
     await this.loop;
     this.agent?.destroy();
+    while (this.running.size > 0) await Promise.allSettled([...this.running]);
   }
 
   private enter(state: ConnectState): void {
@@ -235,6 +238,7 @@ export class ConnectClient {
           requestClass: connectionRequestClass(controlPlane, o.scopes),
           remoteAddress,
           replay: this.replay,
+          running: this.running,
           sink,
           log: o.log,
         });

@@ -16,6 +16,8 @@ export interface DispatchOptions {
   replay: ReplayCache;
   sink: FrameSink;
   log: Logger;
+  /** Every request still running in the agent, of every connection: the agent's stop waits for them. */
+  running: Set<Promise<unknown>>;
 }
 
 /** Methods that change nothing: run again when sent again, streamed, and stopped by `cancel`. */
@@ -94,6 +96,8 @@ export class Dispatcher {
     if (this.active.has(f.id)) throw new ProtocolError(`request id ${f.id} is already in flight`);
     if (typeof f.path !== "string" || !f.path.startsWith("/") || typeof f.method !== "string")
       throw new ProtocolError(`request ${f.id} has no method or path`);
+    if (!validHeaders(f.headers))
+      throw new ProtocolError(`request ${f.id}'s headers are not strings by name`);
     const method = f.method.toUpperCase();
     const safe = SAFE.has(method);
     const kept = safe ? undefined : this.o.replay.find(this.o.peer, f.id);
@@ -129,7 +133,7 @@ export class Dispatcher {
   }
 
   private read(id: string, a: Active, options: Record<string, unknown>): void {
-    this.o.app
+    const run = this.o.app
       .inject({ ...options, signal: a.abort.signal, payloadAsStream: true })
       .then(async (res) => {
         if (this.active.get(id) !== a) return res.stream().destroy();
@@ -139,6 +143,12 @@ export class Dispatcher {
       })
       .catch((err: unknown) => this.fail(id, err))
       .finally(() => this.done(id, a));
+    this.track(run);
+  }
+
+  private track(run: Promise<unknown>): void {
+    this.o.running.add(run);
+    void run.finally(() => this.o.running.delete(run)).catch(() => {});
   }
 
   private change(f: RequestFrame, a: Active, options: Record<string, unknown>): void {
@@ -150,6 +160,7 @@ export class Dispatcher {
       }),
     );
     this.o.replay.remember(this.o.peer, f.id, f.method.toUpperCase(), f.path, answer);
+    this.track(answer);
     answer.then(
       (k) => this.sendKept(f.id, a, k),
       (err: unknown) => {
@@ -183,6 +194,13 @@ export class Dispatcher {
 
 async function* once(body: Buffer): AsyncIterable<Buffer> {
   yield body;
+}
+
+function validHeaders(h: unknown): h is Record<string, string | string[]> {
+  if (typeof h !== "object" || h === null || Array.isArray(h)) return false;
+  return Object.values(h).every(
+    (v) => typeof v === "string" || (Array.isArray(v) && v.every((one) => typeof one === "string")),
+  );
 }
 
 /** Response headers as frames carry them: strings, or lists of strings. */

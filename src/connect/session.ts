@@ -148,6 +148,10 @@ export class AgentSession implements FrameSink {
   close(code = 1001, reason = "the agent is stopping"): void {
     if (this.ws.readyState === this.ws.OPEN || this.ws.readyState === this.ws.CONNECTING)
       this.ws.close(code, reason);
+    // A peer that does not answer the close is not waited for.
+    const t = setTimeout(() => this.ws.terminate(), 2000);
+    t.unref();
+    this.timers.push(t);
   }
 
   private heard(): void {
@@ -241,10 +245,6 @@ export class AgentSession implements FrameSink {
     this.why ??= why;
     this.o.log.warn({ reason: why }, "connection to the control plane ended");
     this.close(code, why.slice(0, 120));
-    // A peer that does not answer the close is not waited for.
-    const t = setTimeout(() => this.ws.terminate(), 2000);
-    t.unref();
-    this.timers.push(t);
   }
 
   private finish(): void {

@@ -85,7 +85,7 @@ test("with HOSTKEEPER_LISTEN=off the agent listens on nothing, and is reached ov
   const caddysPorts = [...socketsOf(caddy)].filter((i) => listening.has(i)).map((i) => listening.get(i));
   assert.ok(caddysPorts.includes(caddyPort), `Caddy listens on ${caddyPort}: ${caddysPorts.join(", ")}`);
 
-  const cli = await runCli(["status"], { HOSTKEEPER_DATA_DIR: dataDir, HOSTKEEPER_LISTEN: "off" });
+  const cli = await runCli(["status"], env);
   assert.equal(cli.code, 1);
   assert.match(cli.stderr, /listens on nothing \(HOSTKEEPER_LISTEN=off\)/);
 });

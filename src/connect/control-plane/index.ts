@@ -165,6 +165,7 @@ export class ControlPlane {
         if (!isBinary) throw new ProtocolError("a text message; frames are binary");
         const f = decodeFrame(messageBytes(data as Buffer));
         if (agent) agent.onFrame(f.header as StreamFrame, f.body);
+        else if (frames.length >= 4) throw new ProtocolError("frames before the handshake's end");
         else {
           frames.push(f);
           wake?.();
