@@ -141,10 +141,7 @@ export class ConnectClient {
       this.lastError = { message: why, at: new Date().toISOString() };
       failures = welcomed ? 1 : failures + 1;
       this.reconnects++;
-      const max = this.o.backoffMs?.max ?? 60_000;
-      const base = Math.min(max, (this.o.backoffMs?.min ?? 1000) * 2 ** (failures - 1));
-      // Equal jitter: half the step fixed, half random, so a fleet cut off together does not return together.
-      const delay = base / 2 + Math.random() * (base / 2);
+      const delay = redialDelay(failures, this.o.backoffMs);
       this.o.log.info({ reason: why, retry_in_ms: Math.round(delay) }, "reconnecting to the control plane");
       this.enter("waiting");
       await new Promise<void>((resolve) => {
@@ -260,6 +257,19 @@ export class ConnectClient {
       "enrolled with the control plane; the enrollment token is not presented again and HOSTKEEPER_ENROLL_TOKEN can be removed",
     );
   }
+}
+
+/**
+ * The wait before dialling again after `failures` failed or lost connections in a row: 1 s doubling to 60 s,
+ * with equal jitter (half the step fixed, half random), so a fleet cut off together does not return together.
+ */
+export function redialDelay(
+  failures: number,
+  bounds: { min: number; max: number } = { min: 1000, max: 60_000 },
+  random: () => number = Math.random,
+): number {
+  const step = Math.min(bounds.max, bounds.min * 2 ** Math.max(0, failures - 1));
+  return step / 2 + random() * (step / 2);
 }
 
 /** The host's CA store; Node's bundled list where the host has none Node can read. */

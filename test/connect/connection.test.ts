@@ -9,6 +9,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { redialDelay } from "../../src/connect/client.js";
 import { publicKeyBase64 } from "../../src/connect/protocol.js";
 import { loadConfig } from "../../src/settings.js";
 import { runCli, startCliAgent } from "../cli/support.js";
@@ -235,4 +236,22 @@ test("settings: a URL needs pinned keys, ws:// only to loopback, an agent listen
   });
   assert.equal(ok.agent.listen, "off");
   assert.deepEqual(ok.connect.scopes, ["*"]);
+});
+
+test("dialling again waits 1 s doubling to 60 s, each wait between half and all of its step", () => {
+  const steps = [1, 2, 3, 4, 5, 6, 7, 8, 20].map((n) => [
+    redialDelay(n, undefined, () => 0),
+    redialDelay(n, undefined, () => 1),
+  ]);
+  assert.deepEqual(steps, [
+    [500, 1000],
+    [1000, 2000],
+    [2000, 4000],
+    [4000, 8000],
+    [8000, 16_000],
+    [16_000, 32_000],
+    [30_000, 60_000],
+    [30_000, 60_000],
+    [30_000, 60_000],
+  ]);
 });
