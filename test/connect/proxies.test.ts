@@ -49,17 +49,26 @@ async function tlsFront(t: Parameters<typeof startCaddy>[0], upstream: number) {
   return { caddy, port, caFile: ca.caFile };
 }
 
-test("through Caddy terminating TLS in front of the control plane (behindTlsProxy)", async (t) => {
-  const caddy = await startCaddy(t);
-  const cp = await startControlPlane(t, { plain: true, behindTlsProxy: true });
+/** An agent that dials `cp` through a Caddy terminating TLS in front of it. */
+async function agentBehindFront(
+  t: Parameters<typeof startCaddy>[0],
+  caddy: Awaited<ReturnType<typeof startCaddy>>,
+  cp: Awaited<ReturnType<typeof startControlPlane>>,
+): Promise<TestApp> {
   const front = await tlsFront(t, cp.port);
-  const app = await buildTestApp(t, {
+  return buildTestApp(t, {
     HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
     ...cp.agentEnv({
       HOSTKEEPER_CONNECT_URL: `wss://127.0.0.1:${front.port}/agents`,
       HOSTKEEPER_CONNECT_CA: front.caFile,
     }),
   });
+}
+
+test("through Caddy terminating TLS in front of the control plane (behindTlsProxy)", async (t) => {
+  const caddy = await startCaddy(t);
+  const cp = await startControlPlane(t, { plain: true, behindTlsProxy: true });
+  const app = await agentBehindFront(t, caddy, cp);
   const agent = await cp.waitForAgent();
   const res = await agent.fetch("/v1/proxy/routes");
   assert.equal(res.status, 200);
@@ -71,14 +80,7 @@ test("a TLS-terminating relay in front of a control plane that checks the bindin
   const caddy = await startCaddy(t);
   const refusals: string[] = [];
   const cp = await startControlPlane(t, { plain: true, onRefused: (w) => refusals.push(w.code) });
-  const front = await tlsFront(t, cp.port);
-  const app = await buildTestApp(t, {
-    HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl,
-    ...cp.agentEnv({
-      HOSTKEEPER_CONNECT_URL: `wss://127.0.0.1:${front.port}/agents`,
-      HOSTKEEPER_CONNECT_CA: front.caFile,
-    }),
-  });
+  const app = await agentBehindFront(t, caddy, cp);
   await waitFor("a refusal", async () => ((await connection(app)).last_error ? true : undefined));
   assert.match((await connection(app)).last_error?.message ?? "", /TLS channel is not this one/);
   assert.deepEqual([...new Set(refusals)], ["binding_mismatch"]);
