@@ -5,7 +5,6 @@ import type { Dispatcher } from "./dispatch.js";
 import {
   DEAD_AFTER_MS,
   decodeFrame,
-  encodeFrame,
   type Frame,
   fingerprintOf,
   HANDSHAKE_MS,
@@ -20,7 +19,7 @@ import {
   transcript,
   verifyTranscript,
 } from "./protocol.js";
-import type { FrameSink } from "./streams.js";
+import { type FrameSink, FrameWriter } from "./streams.js";
 
 /** What the connection has carried, across reconnects (status and metrics). */
 export interface Counters {
@@ -51,9 +50,6 @@ export interface SessionOptions {
 /** Why the session refused or lost its peer, for the log and the status. */
 export class SessionError extends Error {}
 
-/** Bytes queued on the socket past which streams wait before sending more. */
-const HIGH_WATER = 4 * 1024 * 1024;
-
 /**
  * One connection to the control plane, from the WebSocket's opening to its close: the handshake
  * (docs/connect.md), then the control plane's requests through the dispatcher and the agent's events with
@@ -65,8 +61,7 @@ export class AgentSession implements FrameSink {
   private controlPlaneKey = "";
   private dispatcher: Dispatcher | undefined;
   private readonly acks = new Map<string, (status: number) => void>();
-  private queued = 0;
-  private readonly drainWaiters: (() => void)[] = [];
+  private readonly writer: FrameWriter;
   private lastHeard = Date.now();
   private readonly timers: NodeJS.Timeout[] = [];
   private why: string | undefined;
@@ -78,6 +73,7 @@ export class AgentSession implements FrameSink {
     private readonly ws: WebSocket,
     private readonly o: SessionOptions,
   ) {
+    this.writer = new FrameWriter(ws);
     this.ended = new Promise((resolve) => {
       ws.once("close", (code, reason) => {
         this.finish();
@@ -112,19 +108,12 @@ export class AgentSession implements FrameSink {
   }
 
   send(header: Frame, body?: Uint8Array): void {
-    const bytes = encodeFrame(header, body);
     this.o.counters.framesOut++;
-    this.o.counters.bytesOut += bytes.length;
-    this.queued += bytes.length;
-    this.ws.send(bytes, () => {
-      this.queued -= bytes.length;
-      if (this.queued < HIGH_WATER) for (const w of this.drainWaiters.splice(0)) w();
-    });
+    this.o.counters.bytesOut += this.writer.write(header, body);
   }
 
   drained(): Promise<void> {
-    if (this.queued < HIGH_WATER || this.phase === "closed") return Promise.resolve();
-    return new Promise((resolve) => this.drainWaiters.push(resolve));
+    return this.writer.drained(this.phase !== "closed");
   }
 
   /** Sends an event and resolves with the status the control plane acknowledged it with. */
@@ -256,6 +245,6 @@ export class AgentSession implements FrameSink {
     }
     this.dispatcher?.close();
     for (const ack of [...this.acks.values()]) ack(0);
-    for (const w of this.drainWaiters.splice(0)) w();
+    this.writer.release();
   }
 }

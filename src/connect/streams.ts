@@ -1,5 +1,5 @@
 import { Readable } from "node:stream";
-import { CHUNK_BYTES, INITIAL_WINDOW, type StreamFrame } from "./protocol.js";
+import { CHUNK_BYTES, encodeFrame, type Frame, INITIAL_WINDOW, type StreamFrame } from "./protocol.js";
 
 /** Where a stream's frames go: one connection's send, with a wait while its socket's buffer is full. */
 export interface FrameSink {
@@ -94,5 +94,40 @@ export class IncomingBody extends Readable {
     if (target - this.granted < INITIAL_WINDOW / 4 || !this.sink.open) return;
     this.sink.send({ t: "win", id: this.id, bytes: target - this.granted });
     this.granted = target;
+  }
+}
+
+/** Bytes queued on a socket past which streams wait before sending more. */
+const HIGH_WATER = 4 * 1024 * 1024;
+
+/**
+ * One side's writes of frames to its WebSocket, counting what is queued on the socket: `drained` waits
+ * while more than HIGH_WATER is, so the streams of one connection cannot queue without bound.
+ */
+export class FrameWriter {
+  private queued = 0;
+  private readonly waiters: (() => void)[] = [];
+
+  constructor(private readonly ws: { send(data: Buffer, done: () => void): void }) {}
+
+  /** Sends the frame; its size in bytes. */
+  write(header: Frame, body?: Uint8Array): number {
+    const bytes = encodeFrame(header, body);
+    this.queued += bytes.length;
+    this.ws.send(bytes, () => {
+      this.queued -= bytes.length;
+      if (this.queued < HIGH_WATER) this.release();
+    });
+    return bytes.length;
+  }
+
+  drained(open: boolean): Promise<void> {
+    if (this.queued < HIGH_WATER || !open) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  /** Wakes every stream waiting (the buffer emptied, or the connection closed). */
+  release(): void {
+    for (const w of this.waiters.splice(0)) w();
   }
 }

@@ -1,15 +1,8 @@
 import { randomUUID } from "node:crypto";
 import { Readable } from "node:stream";
 import type WebSocket from "ws";
-import {
-  DEAD_AFTER_MS,
-  encodeFrame,
-  type Frame,
-  HEARTBEAT_MS,
-  type Headers,
-  type StreamFrame,
-} from "../protocol.js";
-import { type FrameSink, IncomingBody, OutgoingBody } from "../streams.js";
+import { DEAD_AFTER_MS, type Frame, HEARTBEAT_MS, type Headers, type StreamFrame } from "../protocol.js";
+import { type FrameSink, FrameWriter, IncomingBody, OutgoingBody } from "../streams.js";
 
 /** What `fetch` takes: a subset of the Fetch API's RequestInit, and the request's id. */
 export interface AgentRequestInit {
@@ -41,9 +34,6 @@ interface Pending {
   request: OutgoingBody | undefined;
 }
 
-/** Bytes queued on the socket past which request bodies wait. */
-const HIGH_WATER = 4 * 1024 * 1024;
-
 /** Statuses whose responses have no body (the Fetch API refuses one). */
 const NULL_BODY = new Set([101, 204, 205, 304]);
 
@@ -55,8 +45,7 @@ const NULL_BODY = new Set([101, 204, 205, 304]);
 export class ConnectedAgent implements FrameSink {
   readonly connectedAt = new Date();
   private readonly pending = new Map<string, Pending>();
-  private queued = 0;
-  private readonly drainWaiters: (() => void)[] = [];
+  private readonly writer: FrameWriter;
   private lastHeard = Date.now();
   private readonly beat: NodeJS.Timeout;
   /** Settles when the connection closes, with why. */
@@ -72,13 +61,14 @@ export class ConnectedAgent implements FrameSink {
     private readonly onEvent: (agent: ConnectedAgent, event: AgentEvent) => Promise<number>,
     timing: { heartbeatMs?: number | undefined; deadAfterMs?: number | undefined } = {},
   ) {
+    this.writer = new FrameWriter(ws);
     this.closed = new Promise((resolve) =>
       ws.once("close", (code, reason) => {
         clearInterval(this.beat);
         const why = `closed (${code}${reason.length > 0 ? `: ${reason}` : ""})`;
         for (const [id, p] of this.pending)
           this.failPending(id, p, new Error(`the agent's connection ${why}`));
-        for (const w of this.drainWaiters.splice(0)) w();
+        this.writer.release();
         resolve(why);
       }),
     );
@@ -138,17 +128,11 @@ export class ConnectedAgent implements FrameSink {
   }
 
   send(header: Frame, body?: Uint8Array): void {
-    const bytes = encodeFrame(header, body);
-    this.queued += bytes.length;
-    this.ws.send(bytes, () => {
-      this.queued -= bytes.length;
-      if (this.queued < HIGH_WATER) for (const w of this.drainWaiters.splice(0)) w();
-    });
+    this.writer.write(header, body);
   }
 
   drained(): Promise<void> {
-    if (this.queued < HIGH_WATER || !this.open) return Promise.resolve();
-    return new Promise((resolve) => this.drainWaiters.push(resolve));
+    return this.writer.drained(this.open);
   }
 
   /** One frame from the agent after the handshake (control-plane/index.ts hands them here). */
