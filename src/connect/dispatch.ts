@@ -116,7 +116,10 @@ export class Dispatcher {
         kept.method === method && kept.path === f.path ? kept.answer : Promise.resolve(idReused(f.id, kept));
       answer.then(
         (k) => this.sendKept(f.id, a, k),
-        (err: unknown) => this.fail(f.id, err),
+        (err: unknown) => {
+          this.fail(f.id, err);
+          this.done(f.id, a);
+        },
       );
       return;
     }
@@ -139,7 +142,9 @@ export class Dispatcher {
         if (this.active.get(id) !== a) return res.stream().destroy();
         this.o.sink.send({ t: "res", id, status: res.statusCode, headers: headersOf(res.headers) });
         a.out = new OutgoingBody(id, this.o.sink);
-        await a.out.pump(res.stream());
+        const body = res.stream();
+        // Stopped (cancelled, or the connection gone): the rest of the answer is not produced for nobody.
+        if (!(await a.out.pump(body))) body.destroy();
       })
       .catch((err: unknown) => this.fail(id, err))
       .finally(() => this.done(id, a));
