@@ -2,7 +2,7 @@ import type { Logger } from "pino";
 import { ApiError, problemBody } from "../http/errors.js";
 import type { App } from "../http/types.js";
 import type { IncomingMessage } from "../util/node-builtins.js";
-import { type Headers, ProtocolError, type StreamFrame } from "./protocol.js";
+import { CHUNK_BYTES, type Headers, ProtocolError, type StreamFrame } from "./protocol.js";
 import type { KeptAnswer, ReplayCache } from "./replay.js";
 import { type FrameSink, IncomingBody, OutgoingBody } from "./streams.js";
 
@@ -140,7 +140,16 @@ export class Dispatcher {
       .inject({ ...options, signal: a.abort.signal, payloadAsStream: true })
       .then(async (res) => {
         if (this.active.get(id) !== a) return res.stream().destroy();
-        this.o.sink.send({ t: "res", id, status: res.statusCode, headers: headersOf(res.headers) });
+        const headers = headersOf(res.headers);
+        const length = Number(res.headers["content-length"] ?? Number.NaN);
+        // An answer of known small size goes in one frame, as most answers are.
+        if (length <= CHUNK_BYTES) {
+          const whole = await collect(res.stream());
+          if (this.active.get(id) === a && this.o.sink.open)
+            this.o.sink.send({ t: "res", id, status: res.statusCode, headers, end: true }, whole);
+          return;
+        }
+        this.o.sink.send({ t: "res", id, status: res.statusCode, headers });
         a.out = new OutgoingBody(id, this.o.sink);
         const body = res.stream();
         // Stopped (cancelled, or the connection gone): the rest of the answer is not produced for nobody.
@@ -178,6 +187,11 @@ export class Dispatcher {
 
   private sendKept(id: string, a: Active, k: KeptAnswer): void {
     if (this.active.get(id) !== a || !this.o.sink.open) return;
+    if (k.body.length <= CHUNK_BYTES) {
+      this.o.sink.send({ t: "res", id, status: k.status, headers: k.headers, end: true }, k.body);
+      this.done(id, a);
+      return;
+    }
     this.o.sink.send({ t: "res", id, status: k.status, headers: k.headers });
     a.out = new OutgoingBody(id, this.o.sink);
     a.out
@@ -195,6 +209,12 @@ export class Dispatcher {
   private done(id: string, a: Active): void {
     if (this.active.get(id) === a) this.active.delete(id);
   }
+}
+
+async function collect(stream: AsyncIterable<Buffer | string>): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const part of stream) parts.push(typeof part === "string" ? Buffer.from(part) : part);
+  return parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts);
 }
 
 async function* once(body: Buffer): AsyncIterable<Buffer> {

@@ -10,7 +10,10 @@ import { createHash, createPublicKey, type KeyObject, randomBytes, sign, verify 
  */
 export const SUBPROTOCOL = "hostkeeper.connect.v1";
 
-/** Bytes of one `data` frame's body at most, and the credit a stream starts with in each direction. */
+/**
+ * Bytes of one `data` frame's body at most, and the credit a stream starts with in each direction. A `res`
+ * with `end` carries the whole answer (at most CHUNK_BYTES) in its own body: no `data` or `end` follows.
+ */
 export const CHUNK_BYTES = 64 * 1024;
 export const INITIAL_WINDOW = 1024 * 1024;
 
@@ -36,7 +39,7 @@ export type RefusalCode = "unknown_agent" | "bad_token" | "bad_signature" | "bin
 /** Frames once the handshake is done: requests one way, answers the other, events from the agent. */
 export type StreamFrame =
   | { t: "req"; id: string; method: string; path: string; headers: Headers; body: boolean }
-  | { t: "res"; id: string; status: number; headers: Headers }
+  | { t: "res"; id: string; status: number; headers: Headers; end?: true }
   | { t: "data"; id: string }
   | { t: "end"; id: string }
   | { t: "abort"; id: string; reason: string }

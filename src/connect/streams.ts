@@ -80,7 +80,8 @@ export class IncomingBody extends Readable {
   add(bytes: Buffer): boolean {
     this.received += bytes.length;
     if (this.received > this.granted) return false;
-    this.push(Buffer.from(bytes));
+    // The frame's own bytes: the WebSocket message they came in is not reused.
+    this.push(bytes);
     return true;
   }
 

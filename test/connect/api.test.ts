@@ -4,6 +4,7 @@
  * connection; a 20,000-route list streamed through the flow control; a body past the agent's limit refused.
  */
 import assert from "node:assert/strict";
+import { getEventListeners } from "node:events";
 import { test } from "node:test";
 import type { ConnectedAgent } from "../../src/connect/control-plane/index.js";
 import { buildRoute } from "../../src/proxy/route/build-route.js";
@@ -151,6 +152,13 @@ test("a body past the agent's limit is refused over the connection, and the conn
   assert.equal(res.status, 413);
   assert.equal(((await res.json()) as { code: string }).code, "payload_too_large");
   assert.equal((await agent.fetch("/v1/proxy/routes")).status, 200);
+});
+
+test("a signal shared by many requests keeps no listener of those that ended", async (t) => {
+  const { agent } = await setup(t);
+  const shared = new AbortController();
+  for (let i = 0; i < 50; i++) await (await agent.fetch("/healthz", { signal: shared.signal })).text();
+  assert.equal(getEventListeners(shared.signal, "abort").length, 0);
 });
 
 test("a read cancelled by the control plane ends its request; the connection goes on", async (t) => {

@@ -32,6 +32,7 @@ interface Pending {
   reject: (err: Error) => void;
   response: IncomingBody | undefined;
   request: OutgoingBody | undefined;
+  detach?: () => void;
 }
 
 /** Statuses whose responses have no body (the Fetch API refuses one). */
@@ -111,15 +112,17 @@ export class ConnectedAgent implements FrameSink {
         const source = typeof body === "string" || body instanceof Uint8Array ? Readable.from([body]) : body;
         p.request.pump(source).catch((err: unknown) => this.failPending(id, p, err as Error));
       }
-      init.signal?.addEventListener(
-        "abort",
-        () => {
+      const signal = init.signal;
+      if (signal) {
+        const onAbort = () => {
           if (this.pending.get(id) !== p) return;
           if (this.open) this.send({ t: "cancel", id });
           this.failPending(id, p, new DOMException("the request was aborted", "AbortError"));
-        },
-        { once: true },
-      );
+        };
+        signal.addEventListener("abort", onAbort, { once: true });
+        // A signal shared by many requests keeps no listener of those that ended.
+        p.detach = () => signal.removeEventListener("abort", onAbort);
+      }
     });
   }
 
@@ -146,14 +149,14 @@ export class ConnectedAgent implements FrameSink {
     if (p === undefined) return;
     switch (f.t) {
       case "res":
-        this.answer(f, p);
+        this.answer(f, p, body);
         return;
       case "data":
         if (!p.response?.add(body)) this.failPending(f.id, p, new Error("the agent sent past its window"));
         return;
       case "end":
         p.response?.finish();
-        this.pending.delete(f.id);
+        this.forget(f.id, p);
         return;
       case "win":
         p.request?.grant(f.bytes);
@@ -170,9 +173,16 @@ export class ConnectedAgent implements FrameSink {
     this.lastHeard = Date.now();
   }
 
-  private answer(f: Extract<StreamFrame, { t: "res" }>, p: Pending): void {
+  private answer(f: Extract<StreamFrame, { t: "res" }>, p: Pending, body: Buffer): void {
     const headers = new globalThis.Headers();
     for (const [k, v] of Object.entries(f.headers)) for (const one of [v].flat()) headers.append(k, one);
+    if (f.end === true) {
+      // The whole answer in this one frame.
+      this.forget(f.id, p);
+      p.request?.stop();
+      p.resolve(new Response(NULL_BODY.has(f.status) ? null : body, { status: f.status, headers }));
+      return;
+    }
     if (NULL_BODY.has(f.status)) {
       p.resolve(new Response(null, { status: f.status, headers }));
       p.response = new IncomingBody(f.id, this);
@@ -184,8 +194,13 @@ export class ConnectedAgent implements FrameSink {
     p.resolve(new Response(stream, { status: f.status, headers }));
   }
 
-  private failPending(id: string, p: Pending, err: Error): void {
+  private forget(id: string, p: Pending): void {
     this.pending.delete(id);
+    p.detach?.();
+  }
+
+  private failPending(id: string, p: Pending, err: Error): void {
+    this.forget(id, p);
     p.request?.stop();
     if (p.response) p.response.destroy(err);
     else p.reject(err);
