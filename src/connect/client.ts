@@ -7,9 +7,9 @@ import WebSocket from "ws";
 import type { Grant } from "../access/scopes.js";
 import type { App } from "../http/types.js";
 import { readSecret } from "../store/secrets.js";
-import { fs, type IncomingMessage } from "../util/node-builtins.js";
+import { fs, http, type IncomingMessage, type Server } from "../util/node-builtins.js";
 import { Dispatcher } from "./dispatch.js";
-import { connectionRequestClass } from "./principal.js";
+import { connectionPrincipalOf } from "./principal.js";
 import { channelBinding, fingerprintOf, type Headers, publicKeyFromBase64, SUBPROTOCOL } from "./protocol.js";
 import { ReplayCache } from "./replay.js";
 import { AgentSession, type Counters, SessionError } from "./session.js";
@@ -75,10 +75,19 @@ export class ConnectClient {
   private readonly pinned: ReadonlyMap<string, KeyObject>;
   private readonly agent: https.Agent | undefined;
   private enrolled: boolean;
+  /**
+   * The agent's own HTTP handling (Fastify's router) on a server that never listens: the control plane's
+   * requests come to it over sockets in memory (connect/http-bridge.ts).
+   */
+  private readonly server: Server;
   private connected: () => void = () => {};
 
   constructor(private readonly o: ConnectClientOptions) {
     this.pinned = new Map(o.pinned.map((k) => [k, publicKeyFromBase64(k)]));
+    this.server = http.createServer({ requireHostHeader: false }, (req, res) => o.app.routing(req, res));
+    // A request Node's parser refuses is answered as on the agent's port: the edge's problem, not Node's text.
+    for (const onClientError of o.app.server.listeners("clientError"))
+      this.server.on("clientError", onClientError as (...args: unknown[]) => void);
     this.enrolled = enrolledAs(o.dataDir) === fingerprintOf(o.publicKey);
     if (this.enrolled && o.enrollToken)
       o.log.warn("this agent is enrolled; HOSTKEEPER_ENROLL_TOKEN is not presented again and can be removed");
@@ -236,9 +245,9 @@ export class ConnectClient {
         o.log.info({ control_plane: controlPlane, url: o.url }, "connected to the control plane");
         setImmediate(this.connected);
         return new Dispatcher({
-          app: o.app,
+          server: this.server,
           peer: controlPlane,
-          requestClass: connectionRequestClass(controlPlane, o.scopes),
+          principal: connectionPrincipalOf(controlPlane, o.scopes),
           remoteAddress,
           replay: this.replay,
           running: this.running,

@@ -1,17 +1,20 @@
 import type { Logger } from "pino";
+import type { Principal } from "../access/tokens.js";
 import { ApiError, problemBody } from "../http/errors.js";
-import type { App } from "../http/types.js";
-import type { IncomingMessage } from "../util/node-builtins.js";
+import type { Server } from "../util/node-builtins.js";
+import { bridgeRequest } from "./http-bridge.js";
+import { markConnectionSocket } from "./principal.js";
 import { CHUNK_BYTES, type Headers, ProtocolError, type StreamFrame } from "./protocol.js";
 import type { KeptAnswer, ReplayCache } from "./replay.js";
 import { type FrameSink, IncomingBody, OutgoingBody } from "./streams.js";
 
 export interface DispatchOptions {
-  app: App;
+  /** The agent's own HTTP handling, on a server that never listens (connect/client.ts). */
+  server: Server;
   /** The control plane's key fingerprint: whose request ids these are. */
   peer: string;
-  /** The connection's request class (connect/principal.ts): the scopes its requests act with. */
-  requestClass: typeof IncomingMessage;
+  /** What the connection's requests act as (connect/principal.ts): the control plane, with its scopes. */
+  principal: Principal;
   remoteAddress: string;
   replay: ReplayCache;
   sink: FrameSink;
@@ -32,9 +35,11 @@ interface Active {
 }
 
 type RequestFrame = Extract<StreamFrame, { t: "req" }>;
+type Request = { method: string; path: string; headers: Headers; body: IncomingBody | undefined };
 
 /**
- * The requests of one connection, each run through the agent's own router with `inject`: the same edge,
+ * The requests of one connection, each run through the agent's own HTTP handling over a socket in memory
+ * (connect/http-bridge.ts): the same parser, edge,
  * validation, scopes (the connection's), audit and limits as a request on its port. Reads stream their
  * answer as it is produced; a change is answered whole, kept by its id for the replay cache, and runs to
  * its end even when the connection goes (docs/connect.md, "Requests").
@@ -123,35 +128,33 @@ export class Dispatcher {
       );
       return;
     }
-    const options = {
-      method,
-      url: f.path,
-      headers: f.headers,
-      ...(a.body ? { payload: a.body } : {}),
-      Request: this.o.requestClass,
-      remoteAddress: this.o.remoteAddress,
-    } as const;
-    if (safe) this.read(f.id, a, options);
-    else this.change(f, a, options);
+    const request = { method, path: f.path, headers: f.headers, body: a.body };
+    if (safe) this.read(f.id, a, request);
+    else this.change(f, a, request);
   }
 
-  private read(id: string, a: Active, options: Record<string, unknown>): void {
-    const run = this.o.app
-      .inject({ ...options, signal: a.abort.signal, payloadAsStream: true })
+  private bridged(request: Request, signal?: AbortSignal) {
+    const principal = this.o.principal;
+    const mark = (socket: object) => markConnectionSocket(socket, principal);
+    return bridgeRequest(this.o.server, request, this.o.remoteAddress, mark, signal);
+  }
+
+  private read(id: string, a: Active, request: Request): void {
+    const run = this.bridged(request, a.abort.signal)
       .then(async (res) => {
-        if (this.active.get(id) !== a) return res.stream().destroy();
-        const headers = headersOf(res.headers);
+        if (this.active.get(id) !== a) return res.body.destroy();
+        const headers = res.headers;
         const length = Number(res.headers["content-length"] ?? Number.NaN);
         // An answer of known small size goes in one frame, as most answers are.
         if (length <= CHUNK_BYTES) {
-          const whole = await collect(res.stream());
+          const whole = await collect(res.body);
           if (this.active.get(id) === a && this.o.sink.open)
-            this.o.sink.send({ t: "res", id, status: res.statusCode, headers, end: true }, whole);
+            this.o.sink.send({ t: "res", id, status: res.status, headers, end: true }, whole);
           return;
         }
-        this.o.sink.send({ t: "res", id, status: res.statusCode, headers });
+        this.o.sink.send({ t: "res", id, status: res.status, headers });
         a.out = new OutgoingBody(id, this.o.sink);
-        const body = res.stream();
+        const body = res.body;
         // Stopped (cancelled, or the connection gone): the rest of the answer is not produced for nobody.
         if (!(await a.out.pump(body))) body.destroy();
       })
@@ -165,12 +168,12 @@ export class Dispatcher {
     void run.finally(() => this.o.running.delete(run)).catch(() => {});
   }
 
-  private change(f: RequestFrame, a: Active, options: Record<string, unknown>): void {
-    const answer = this.o.app.inject(options).then(
-      (res): KeptAnswer => ({
-        status: res.statusCode,
-        headers: headersOf(res.headers),
-        body: res.rawPayload,
+  private change(f: RequestFrame, a: Active, request: Request): void {
+    const answer = this.bridged(request).then(
+      async (res): Promise<KeptAnswer> => ({
+        status: res.status,
+        headers: res.headers,
+        body: await collect(res.body),
       }),
     );
     this.o.replay.remember(this.o.peer, f.id, f.method.toUpperCase(), f.path, answer);
@@ -226,13 +229,6 @@ function validHeaders(h: unknown): h is Record<string, string | string[]> {
   return Object.values(h).every(
     (v) => typeof v === "string" || (Array.isArray(v) && v.every((one) => typeof one === "string")),
   );
-}
-
-/** Response headers as frames carry them: strings, or lists of strings. */
-function headersOf(h: Record<string, string | string[] | number | undefined>): Headers {
-  const out: Headers = {};
-  for (const [k, v] of Object.entries(h)) if (v !== undefined) out[k] = typeof v === "number" ? String(v) : v;
-  return out;
 }
 
 /** The answer to an id sent again for another request than its first: a problem, nothing run. */

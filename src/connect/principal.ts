@@ -1,33 +1,27 @@
 import type { Grant } from "../access/scopes.js";
 import type { Principal } from "../access/tokens.js";
-import { http, type IncomingMessage } from "../util/node-builtins.js";
 
 /**
- * Requests that came over the connection to the control plane are built (connect/dispatch.ts) as
- * instances of a class only this module can make; the HTTP edge (http/auth.ts) takes their principal from
- * it instead of a token. A request from a socket is an IncomingMessage of Node's own, never one of these,
- * so no header or spelling of a request can make one: the control plane's scopes are reachable only
- * through the connection.
+ * Requests that came over the connection to the control plane reach the agent's HTTP handling through
+ * sockets in memory (connect/http-bridge.ts) that only the connection's dispatcher makes and marks here;
+ * the HTTP edge (http/auth.ts) takes their principal from the mark instead of a token. A request on a port
+ * comes through a socket of Node's, never marked, so no header or spelling of a request can act as the
+ * control plane: its scopes are reachable only through the connection.
  */
-abstract class ConnectionRequest extends http.IncomingMessage {
-  abstract readonly connectionPrincipal: Principal;
+const marked = new WeakMap<object, Principal>();
+
+/** The principal of one connection: its requests act as the control plane with `scopes`. */
+export function connectionPrincipalOf(fingerprint: string, scopes: readonly Grant[]): Principal {
+  return { name: `control-plane ${fingerprint}`, scopes: new Set(scopes) };
 }
 
-/** The request class of one connection: its requests act as the control plane with `scopes`. */
-export function connectionRequestClass(
-  fingerprint: string,
-  scopes: readonly Grant[],
-): typeof IncomingMessage {
-  const principal: Principal = { name: `control-plane ${fingerprint}`, scopes: new Set(scopes) };
-  class OneConnection extends ConnectionRequest {
-    override get connectionPrincipal() {
-      return principal;
-    }
-  }
-  return OneConnection as unknown as typeof IncomingMessage;
+/** Marks a socket in memory as the connection's, before any request comes through it. */
+export function markConnectionSocket(socket: object, principal: Principal): void {
+  marked.set(socket, principal);
 }
 
 /** The principal of a request that came over the connection; undefined for every other request. */
-export function connectionPrincipal(raw: unknown): Principal | undefined {
-  return raw instanceof ConnectionRequest ? raw.connectionPrincipal : undefined;
+export function connectionPrincipal(raw: { socket?: unknown }): Principal | undefined {
+  const socket = raw.socket;
+  return typeof socket === "object" && socket !== null ? marked.get(socket) : undefined;
 }

@@ -132,3 +132,63 @@ export class FrameWriter {
     for (const w of this.waiters.splice(0)) w();
   }
 }
+
+/**
+ * A body arriving in `data` frames, as a web ReadableStream (the control plane's `Response` bodies), with
+ * the same credit as IncomingBody: given back in `win` frames as the reader takes bytes out. Built on the
+ * stream's own queue: no Node stream in between.
+ */
+export class IncomingWebBody {
+  readonly stream: ReadableStream<Uint8Array>;
+  private controller!: ReadableStreamDefaultController<Uint8Array>;
+  private received = 0;
+  private granted = INITIAL_WINDOW;
+  private closed = false;
+
+  constructor(
+    private readonly id: string,
+    private readonly sink: FrameSink,
+  ) {
+    this.stream = new ReadableStream<Uint8Array>(
+      {
+        start: (c) => {
+          this.controller = c;
+        },
+        pull: () => this.giveBack(),
+        cancel: () => {
+          this.closed = true;
+          if (this.sink.open) this.sink.send({ t: "cancel", id: this.id });
+        },
+      },
+      new ByteLengthQueuingStrategy({ highWaterMark: INITIAL_WINDOW }),
+    );
+  }
+
+  /** A data frame's bytes; false when the sender overran its credit. */
+  add(bytes: Buffer): boolean {
+    this.received += bytes.length;
+    if (this.received > this.granted) return false;
+    if (!this.closed) this.controller.enqueue(bytes);
+    return true;
+  }
+
+  finish(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.controller.close();
+  }
+
+  destroy(err: Error): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.controller.error(err);
+  }
+
+  private giveBack(): void {
+    const queued = INITIAL_WINDOW - (this.controller.desiredSize ?? 0);
+    const target = this.received - queued + INITIAL_WINDOW;
+    if (target - this.granted < INITIAL_WINDOW / 4 || !this.sink.open || this.closed) return;
+    this.sink.send({ t: "win", id: this.id, bytes: target - this.granted });
+    this.granted = target;
+  }
+}

@@ -85,6 +85,22 @@ test("every read of every area answers over the connection as over HTTP, byte fo
   }
 });
 
+test("HEAD over the connection answers as over HTTP, without a body", async (t) => {
+  const { app, agent, caddy } = await setup(t);
+  await seedRoutes(caddy, 2);
+  for (const path of [
+    "/healthz",
+    "/v1/proxy/routes/r1.test",
+    "/v1/proxy/routes",
+    "/v1/proxy/routes/nope.test",
+  ]) {
+    const viaConnection = await overConnection(agent, "HEAD", path);
+    const viaHttp = await overHttp(app, "HEAD", path);
+    assert.deepEqual(viaConnection, viaHttp, path);
+    assert.equal(viaConnection.body, "");
+  }
+});
+
 test("changes over the connection answer as the same changes over HTTP", async (t) => {
   const { app, agent } = await setup(t);
   const route = { domain: "same.test", upstreams: [{ dial: "127.0.0.1:9" }] };

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { Readable } from "node:stream";
 import type WebSocket from "ws";
 import { DEAD_AFTER_MS, type Frame, HEARTBEAT_MS, type Headers, type StreamFrame } from "../protocol.js";
-import { type FrameSink, FrameWriter, IncomingBody, OutgoingBody } from "../streams.js";
+import { type FrameSink, FrameWriter, IncomingWebBody, OutgoingBody } from "../streams.js";
 
 /** What `fetch` takes: a subset of the Fetch API's RequestInit, and the request's id. */
 export interface AgentRequestInit {
@@ -30,7 +30,7 @@ export interface AgentEvent {
 interface Pending {
   resolve: (res: Response) => void;
   reject: (err: Error) => void;
-  response: IncomingBody | undefined;
+  response: IncomingWebBody | undefined;
   request: OutgoingBody | undefined;
   detach?: () => void;
 }
@@ -185,13 +185,17 @@ export class ConnectedAgent implements FrameSink {
     }
     if (NULL_BODY.has(f.status)) {
       p.resolve(new Response(null, { status: f.status, headers }));
-      p.response = new IncomingBody(f.id, this);
-      p.response.resume();
+      // Nothing comes for it but its end.
+      p.response = new IncomingWebBody(f.id, this);
       return;
     }
-    p.response = new IncomingBody(f.id, this);
-    const stream = Readable.toWeb(p.response) as unknown as ConstructorParameters<typeof Response>[0];
-    p.resolve(new Response(stream, { status: f.status, headers }));
+    p.response = new IncomingWebBody(f.id, this);
+    p.resolve(
+      new Response(p.response.stream as ConstructorParameters<typeof Response>[0], {
+        status: f.status,
+        headers,
+      }),
+    );
   }
 
   private forget(id: string, p: Pending): void {

@@ -1,0 +1,298 @@
+import { Duplex, Readable } from "node:stream";
+import type { Server } from "../util/node-builtins.js";
+import type { Headers } from "./protocol.js";
+
+/**
+ * One request's connection in memory to the agent's own HTTP handling (connect/dispatch.ts): the request
+ * goes in as HTTP/1.1 bytes, which Node's parser reads as it reads a socket's; the answer comes out as the
+ * bytes Node's server writes, read back here by `ResponseReader`. No port, no copy of the answer's body.
+ */
+export class MemorySocket extends Duplex {
+  readonly remotePort = 0;
+  readonly localAddress = "127.0.0.1";
+  readonly localPort = 0;
+  readonly encrypted = false;
+  /** The server's write waiting for the answer's reader to take more. */
+  private held: (() => void) | undefined;
+
+  constructor(
+    readonly remoteAddress: string,
+    private readonly reader: ResponseReader,
+  ) {
+    super({ allowHalfOpen: false });
+  }
+
+  override _read(): void {}
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, done: (err?: Error | null) => void): void {
+    try {
+      if (this.reader.feed(chunk)) done();
+      else this.held = () => done();
+    } catch (err) {
+      done(err as Error);
+    }
+  }
+
+  /** The answer's reader took what it had: the server may write on. */
+  release(): void {
+    const held = this.held;
+    this.held = undefined;
+    held?.();
+  }
+
+  override _final(done: (err?: Error | null) => void): void {
+    this.reader.close();
+    done();
+  }
+
+  override _destroy(err: Error | null, done: (err: Error | null) => void): void {
+    this.reader.close();
+    done(err);
+  }
+
+  // What Node's HTTP server asks of a socket beyond a Duplex.
+  setTimeout(): this {
+    return this;
+  }
+  setNoDelay(): this {
+    return this;
+  }
+  setKeepAlive(): this {
+    return this;
+  }
+}
+
+/** A request's head as HTTP/1.1 bytes; throws on a name or value that would break the head's framing. */
+export function requestHead(method: string, path: string, headers: Headers, body: boolean): Buffer {
+  const lines = [`${method} ${path} HTTP/1.1`];
+  let host = false;
+  for (const [name, value] of Object.entries(headers)) {
+    const lower = name.toLowerCase();
+    // Framing is the bridge's: the frames say whether a body follows.
+    if (lower === "content-length" || lower === "transfer-encoding" || lower === "connection") continue;
+    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new Error(`header name ${JSON.stringify(name)}`);
+    if (lower === "host") host = true;
+    for (const one of [value].flat()) {
+      if (/[\r\n\0]/.test(one)) throw new Error(`header ${name} holds a line break`);
+      lines.push(`${name}: ${one}`);
+    }
+  }
+  if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(method) || /[\s\0]/.test(path))
+    throw new Error("the method or path would break the request line");
+  if (!host) lines.push("host: localhost");
+  lines.push("connection: close", body ? "transfer-encoding: chunked" : "content-length: 0", "", "");
+  return Buffer.from(lines.join("\r\n"), "latin1");
+}
+
+/** A body's piece in chunked transfer coding (RFC 9112, 7.1); the empty piece ends the body. */
+export function chunkOf(piece: Buffer): Buffer[] {
+  if (piece.length === 0) return [Buffer.from("0\r\n\r\n")];
+  return [Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from("\r\n")];
+}
+
+export interface ResponseEvents {
+  head(status: number, headers: Headers): void;
+  /** False: the reader wants no more for now. */
+  data(piece: Buffer): boolean;
+  end(): void;
+  /** The answer stopped before its end (the server closed, or wrote what is not HTTP). */
+  fail(err: Error): void;
+}
+
+/**
+ * Reads Node's HTTP/1.1 answer from the bytes its server wrote: the head, then the body by its
+ * `content-length`, its chunked coding, or (neither) to the connection's end.
+ */
+export class ResponseReader {
+  private pending: Buffer = Buffer.alloc(0);
+  private state: "head" | "length" | "chunk-size" | "chunk" | "chunk-crlf" | "chunk-end" | "close" | "done" =
+    "head";
+  private remaining = 0;
+  private more = true;
+
+  /** `bodiless`: an answer to HEAD, whose head announces a body that never comes. */
+  constructor(
+    private readonly on: ResponseEvents,
+    private readonly bodiless = false,
+  ) {}
+
+  /** Reads what came; false when the body's reader wants no more for now (`MemorySocket.release` then). */
+  feed(bytes: Buffer): boolean {
+    this.pending = this.pending.length === 0 ? bytes : Buffer.concat([this.pending, bytes]);
+    this.more = true;
+    while (this.step()) {}
+    return this.more;
+  }
+
+  close(): void {
+    if (this.state === "close") {
+      this.state = "done";
+      this.on.end();
+    } else if (this.state !== "done") {
+      this.state = "done";
+      this.on.fail(new Error("the agent closed its answer before its end"));
+    }
+  }
+
+  /** One step of reading; false when it needs more bytes. */
+  private step(): boolean {
+    const p = this.pending;
+    switch (this.state) {
+      case "head": {
+        const end = p.indexOf("\r\n\r\n");
+        if (end < 0) return false;
+        this.readHead(p.toString("latin1", 0, end));
+        this.pending = p.subarray(end + 4);
+        return true;
+      }
+      case "length": {
+        if (p.length === 0) return false;
+        const piece = p.subarray(0, this.remaining);
+        this.remaining -= piece.length;
+        this.pending = p.subarray(piece.length);
+        this.more = this.on.data(piece) && this.more;
+        if (this.remaining === 0) this.finish();
+        return true;
+      }
+      case "chunk-size": {
+        const eol = p.indexOf("\r\n");
+        if (eol < 0) return false;
+        const size = Number.parseInt(p.toString("latin1", 0, eol).split(";")[0] ?? "", 16);
+        if (!Number.isFinite(size)) throw new Error("a chunk size that is not one");
+        this.pending = p.subarray(eol + 2);
+        this.remaining = size;
+        this.state = size === 0 ? "chunk-end" : "chunk";
+        return true;
+      }
+      case "chunk": {
+        if (p.length === 0) return false;
+        const piece = p.subarray(0, this.remaining);
+        this.remaining -= piece.length;
+        this.pending = p.subarray(piece.length);
+        this.more = this.on.data(piece) && this.more;
+        if (this.remaining === 0) this.state = "chunk-crlf";
+        return true;
+      }
+      case "chunk-end": {
+        // Trailers, if any, then the empty line.
+        const end = p.indexOf("\r\n");
+        if (end < 0) return false;
+        this.pending = p.subarray(end + 2);
+        if (end === 0) this.finish();
+        return true;
+      }
+      case "close":
+        if (p.length === 0) return false;
+        this.pending = Buffer.alloc(0);
+        this.more = this.on.data(p) && this.more;
+        return true;
+      case "chunk-crlf":
+        if (p.length < 2) return false;
+        this.pending = p.subarray(2);
+        this.state = "chunk-size";
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  private readHead(text: string): void {
+    const [statusLine = "", ...lines] = text.split("\r\n");
+    const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(statusLine)?.[1]);
+    if (!Number.isInteger(status)) throw new Error("an answer without a status line");
+    const headers: Headers = {};
+    let length: number | undefined;
+    let chunked = false;
+    for (const line of lines) {
+      const colon = line.indexOf(":");
+      const name = line.slice(0, colon).toLowerCase();
+      const value = line.slice(colon + 1).trim();
+      if (name === "content-length") length = Number(value);
+      if (name === "transfer-encoding") chunked = /chunked/i.test(value);
+      // Hop by hop: the connection in memory's, not the answer's.
+      if (name === "connection" || name === "transfer-encoding" || name === "keep-alive") continue;
+      const had = headers[name];
+      headers[name] = had === undefined ? value : [...[had].flat(), value];
+    }
+    this.on.head(status, headers);
+    if (this.bodiless || status === 204 || status === 304 || status < 200) this.finish();
+    else if (chunked) this.state = "chunk-size";
+    else if (length !== undefined) {
+      this.remaining = length;
+      this.state = "length";
+      if (length === 0) this.finish();
+    } else this.state = "close";
+  }
+
+  private finish(): void {
+    this.state = "done";
+    this.on.end();
+  }
+}
+
+/** An answer from the agent's own HTTP handling: its head, and its body as it comes. */
+export interface BridgedAnswer {
+  status: number;
+  headers: Headers;
+  body: Readable;
+}
+
+/**
+ * Runs one request through `server` (which never listens) over a MemorySocket that `mark` is given first:
+ * resolves with the answer's head, its body streaming behind; rejects when the answer breaks off before its
+ * head. `signal` aborts it as a client that goes away does.
+ */
+export function bridgeRequest(
+  server: Server,
+  request: { method: string; path: string; headers: Headers; body: AsyncIterable<Buffer> | undefined },
+  remoteAddress: string,
+  mark: (socket: MemorySocket) => void,
+  signal?: AbortSignal,
+): Promise<BridgedAnswer> {
+  return new Promise((resolve, reject) => {
+    let socket: MemorySocket | undefined;
+    // As much buffered as a stream's window: the server writes on while the frames go out.
+    const body = new Readable({ highWaterMark: 1024 * 1024, read: () => socket?.release() });
+    let headSeen = false;
+    const reader = new ResponseReader(
+      {
+        head: (status, headers) => {
+          headSeen = true;
+          resolve({ status, headers, body });
+        },
+        data: (piece) => body.push(piece),
+        end: () => {
+          body.push(null);
+          socket?.end();
+        },
+        fail: (err) => {
+          if (headSeen) body.destroy(err);
+          else reject(err);
+        },
+      },
+      request.method === "HEAD",
+    );
+    socket = new MemorySocket(remoteAddress, reader);
+    const s = socket;
+    s.on("error", () => {});
+    signal?.addEventListener("abort", () => s.destroy(), { once: true });
+    mark(s);
+    server.emit("connection", s);
+    s.push(requestHead(request.method, request.path, request.headers, request.body !== undefined));
+    if (request.body !== undefined) void sendBody(s, request.body);
+  });
+}
+
+/** The request's body, in chunked coding, as the frames bring it. */
+async function sendBody(socket: MemorySocket, body: AsyncIterable<Buffer>): Promise<void> {
+  try {
+    for await (const piece of body) {
+      if (socket.destroyed) return;
+      if (piece.length === 0) continue;
+      for (const part of chunkOf(piece)) socket.push(part);
+    }
+    if (!socket.destroyed) for (const part of chunkOf(Buffer.alloc(0))) socket.push(part);
+  } catch {
+    socket.destroy();
+  }
+}
