@@ -5,6 +5,7 @@
  *
  * Run: `npm run bench` (after `bash scripts/install.sh`). Options (see docs/performance.md):
  *   --keepalive, --streams   the connection benchmarks instead (bench/connections.ts)
+ *   --connect          the agent's connection to its control plane instead (bench/connect.ts)
  *   --throughput[=SECONDS]   concurrent changes instead, at about 300 routes with callbacks and at the largest size
  *                      (bench/throughput.ts; BENCH_COMPARE_ROOT: another checkout; BENCH_THROUGHPUT_LOADS=small|large)
  *   --soak[=SECONDS]   also soak the agent at the largest size with 200 clients (default 600 s, after 60 s warm-up)
@@ -21,6 +22,7 @@ import { join } from "node:path";
 import { CADDY_MEMORY_LIMIT_DEFAULT_MB } from "../src/caddy/settings.js";
 import { projectRoot } from "../src/paths.js";
 import { type CaddyMemoryResult, caddyMemoryRun } from "./caddy-memory.js";
+import { connectBench } from "./connect.js";
 import { connectionBenches } from "./connections.js";
 import { loadAverage, type Row, rssMb, startAgent, startCaddy, table } from "./harness.js";
 import { type ScaleResult, scale } from "./scale.js";
@@ -163,9 +165,11 @@ async function throughput(argv: readonly string[]): Promise<number | undefined> 
   return 0;
 }
 
-// `--keepalive` / `--streams`: the connection benchmarks (bench/connections.ts) instead of this one.
+// `--keepalive` / `--streams`: the connection benchmarks (bench/connections.ts) instead of this one;
+// `--connect`: the connection to the control plane (bench/connect.ts).
 connectionBenches(process.argv.slice(2))
   .then(async (code) => code ?? (await throughput(process.argv.slice(2))))
+  .then(async (code) => code ?? (await connectBench(process.argv.slice(2))))
   .then((code) => (code === undefined ? main() : process.exit(code)))
   .catch((err: unknown) => {
     console.error(err);
