@@ -17,11 +17,10 @@ import WebSocket from "ws";
 import type { ConnectedAgent } from "../src/connect/control-plane/index.js";
 import {
   channelBinding,
-  decodeFrame,
+  decodeMessage,
   encodeFrame,
   fingerprintOf,
   HEARTBEAT_MS,
-  messageBytes,
   newNonce,
   publicKeyBase64,
   publicKeyFromBase64,
@@ -293,7 +292,7 @@ function dial(a: SimAgent, url: string, ca: string | undefined, controlPlaneKey:
       if (phase !== "open") fail(`closed during the handshake (${code})`);
     });
     ws.on("message", (data) => {
-      const { header } = decodeFrame(messageBytes(data as Buffer));
+      const { header } = decodeMessage(data as Buffer);
       if (phase === "open") {
         if (header.t !== "req") return;
         ws.send(encodeFrame({ t: "res", id: header.id, status: 200, headers: ANSWER_HEADERS }));

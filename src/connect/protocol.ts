@@ -6,7 +6,8 @@ import { createHash, createPublicKey, type KeyObject, randomBytes, sign, verify 
  *
  * Every WebSocket message is one binary frame: a 4-byte big-endian length, that many bytes of a JSON
  * header (`t` says which frame), then the frame's body bytes, if any. Bodies travel as bytes, never
- * re-encoded into the JSON.
+ * re-encoded into the JSON. A frame with a large body is sent as a message of two WebSocket fragments, the
+ * head and the body, so that the body is never copied into a buffer of the whole frame.
  */
 export const SUBPROTOCOL = "hostkeeper.connect.v1";
 
@@ -77,11 +78,23 @@ export function decodeFrame(message: Buffer): { header: Frame; body: Buffer } {
   return { header: header as Frame, body: message.subarray(4 + length) };
 }
 
-/** A WebSocket message as one Buffer (ws hands fragments as arrays when asked). */
-export function messageBytes(data: Buffer | ArrayBuffer | Buffer[]): Buffer {
-  if (Buffer.isBuffer(data)) return data;
-  if (Array.isArray(data)) return Buffer.concat(data);
-  return Buffer.from(data);
+/**
+ * A WebSocket message's frame, from the fragments ws hands over (`binaryType = "fragments"`): a message of
+ * one fragment, or a head and the body's fragments, which are joined only when there are several.
+ */
+export function decodeMessage(data: Buffer | ArrayBuffer | Buffer[]): {
+  header: Frame;
+  body: Buffer;
+  bytes: number;
+} {
+  const parts = Array.isArray(data) ? data : [Buffer.isBuffer(data) ? data : Buffer.from(data)];
+  const first = parts[0] ?? Buffer.alloc(0);
+  const bytes = parts.reduce((n, p) => n + p.length, 0);
+  if (parts.length === 1) return { ...decodeFrame(first), bytes };
+  const { header, body: rest } = decodeFrame(first);
+  const tail = parts.slice(1);
+  const body = rest.length === 0 && tail.length === 1 ? (tail[0] as Buffer) : Buffer.concat([rest, ...tail]);
+  return { header, body, bytes };
 }
 
 // ----- keys and the handshake's signatures

@@ -4,13 +4,12 @@ import type WebSocket from "ws";
 import type { Dispatcher } from "./dispatch.js";
 import {
   DEAD_AFTER_MS,
-  decodeFrame,
+  decodeMessage,
   type Frame,
   fingerprintOf,
   HANDSHAKE_MS,
   HEARTBEAT_MS,
   type Headers,
-  messageBytes,
   newNonce,
   ProtocolError,
   type RefusalCode,
@@ -74,6 +73,8 @@ export class AgentSession implements FrameSink {
     private readonly o: SessionOptions,
   ) {
     this.writer = new FrameWriter(ws);
+    // A frame's head and large body come as fragments of their own: not joined into one copy.
+    ws.binaryType = "fragments";
     this.ended = new Promise((resolve) => {
       ws.once("close", (code, reason) => {
         this.finish();
@@ -149,12 +150,11 @@ export class AgentSession implements FrameSink {
 
   private onMessage(data: Buffer, isBinary: boolean): void {
     this.heard();
-    const bytes = messageBytes(data);
     this.o.counters.framesIn++;
-    this.o.counters.bytesIn += bytes.length;
     try {
       if (!isBinary) throw new ProtocolError("a text message; frames are binary");
-      const { header, body } = decodeFrame(bytes);
+      const { header, body, bytes } = decodeMessage(data);
+      this.o.counters.bytesIn += bytes;
       if (this.phase === "challenge") this.onChallenge(header);
       else if (this.phase === "welcome") this.onWelcome(header);
       else if (this.phase === "open") this.onStream(header as StreamFrame, body);

@@ -98,6 +98,9 @@ export class IncomingBody extends Readable {
   }
 }
 
+/** A body this large is sent as a fragment of its own rather than copied behind its head. */
+const SPLIT_BYTES = 16 * 1024;
+
 /** Bytes queued on a socket past which streams wait before sending more. */
 const HIGH_WATER = 4 * 1024 * 1024;
 
@@ -109,17 +112,29 @@ export class FrameWriter {
   private queued = 0;
   private readonly waiters: (() => void)[] = [];
 
-  constructor(private readonly ws: { send(data: Buffer, done: () => void): void }) {}
+  constructor(
+    private readonly ws: {
+      send(data: Uint8Array, options: { binary: true; fin: boolean }, done: () => void): void;
+    },
+  ) {}
 
-  /** Sends the frame; its size in bytes. */
+  /** Sends the frame; its size in bytes. A large body follows its head as a second fragment, uncopied. */
   write(header: Frame, body?: Uint8Array): number {
-    const bytes = encodeFrame(header, body);
-    this.queued += bytes.length;
-    this.ws.send(bytes, () => {
-      this.queued -= bytes.length;
+    const whole = body === undefined || body.length < SPLIT_BYTES;
+    const head = whole ? encodeFrame(header, body) : encodeFrame(header);
+    const bytes = head.length + (whole ? 0 : (body?.length ?? 0));
+    this.queued += bytes;
+    const sent = () => {
+      this.queued -= bytes;
       if (this.queued < HIGH_WATER) this.release();
-    });
-    return bytes.length;
+    };
+    if (whole) this.ws.send(head, { binary: true, fin: true }, sent);
+    else {
+      // Nothing else is sent between the two: one message, whose fragments ws writes in order.
+      this.ws.send(head, { binary: true, fin: false }, () => {});
+      this.ws.send(body as Uint8Array, { binary: true, fin: true }, sent);
+    }
+    return bytes;
   }
 
   drained(open: boolean): Promise<void> {

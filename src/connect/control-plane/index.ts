@@ -4,13 +4,12 @@ import { type WebSocket, WebSocketServer } from "ws";
 import type { IncomingMessage, Server } from "../../util/node-builtins.js";
 import {
   channelBinding,
-  decodeFrame,
+  decodeMessage,
   encodeFrame,
   type Frame,
   fingerprintOf,
   HANDSHAKE_MS,
   type HandshakeFrame,
-  messageBytes,
   newNonce,
   ProtocolError,
   publicKeyBase64,
@@ -157,13 +156,15 @@ export class ControlPlane {
   private handshake(ws: WebSocket, req: IncomingMessage): void {
     const remoteAddress = req.socket.remoteAddress ?? "";
     const binding = this.o.behindTlsProxy ? undefined : channelBinding(req.socket);
+    // A frame's head and large body come as fragments of their own: not joined into one copy.
+    ws.binaryType = "fragments";
     const frames: { header: Frame; body: Buffer }[] = [];
     let wake: (() => void) | undefined;
     let agent: ConnectedAgent | undefined;
     ws.on("message", (data, isBinary) => {
       try {
         if (!isBinary) throw new ProtocolError("a text message; frames are binary");
-        const f = decodeFrame(messageBytes(data as Buffer));
+        const f = decodeMessage(data as Buffer[]);
         if (agent) agent.onFrame(f.header as StreamFrame, f.body);
         else if (frames.length >= 4) throw new ProtocolError("frames before the handshake's end");
         else {
