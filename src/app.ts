@@ -23,6 +23,7 @@ import { type Areas, buildAreas } from "./composition/areas.js";
 import { buildConnection } from "./composition/connect.js";
 import { createFastify } from "./composition/fastify.js";
 import { manageLifecycle } from "./composition/lifecycle.js";
+import { connectMigrations } from "./connect/replay-store.js";
 import type { Outbox } from "./events/outbox.js";
 import { registerEventRoutes } from "./events/routes.js";
 import { outboxMigrations } from "./events/store.js";
@@ -139,11 +140,12 @@ export async function buildApp({
     ...auditMigrations,
     ...onDemandMigrations,
     ...agentUpdateMigrations,
+    ...connectMigrations,
   ]);
   const access = buildAccess(config, db, logger, now);
   const app = createFastify(config.agent, access.access.check, logger, serverFactory);
   const admin = givenAdmin ?? new CaddyAdmin(caddyAddress, config.proxy.caddyTimeoutMs);
-  const connection = await buildConnection(config, app, logger);
+  const connection = await buildConnection(config, app, db, logger);
   const areas = buildAreas(
     config,
     db,

@@ -5,6 +5,7 @@ import { type AgentIdentity, loadOrCreateIdentity } from "../connect/identity.js
 import type { App } from "../http/types.js";
 import { packageVersion } from "../paths.js";
 import type { AppConfig } from "../settings.js";
+import type { Db } from "../store/db.js";
 import { fs } from "../util/node-builtins.js";
 
 /** The agent's key pair, and its connection to the control plane when HOSTKEEPER_CONNECT_URL is set. */
@@ -17,7 +18,12 @@ export interface Connection {
  * The agent's key pair (connect/identity.ts), made at its first start, which says where it put it; and the
  * client of the control plane, which serves its requests through `app` once started (composition/lifecycle.ts).
  */
-export async function buildConnection(config: AppConfig, app: App, logger: Logger): Promise<Connection> {
+export async function buildConnection(
+  config: AppConfig,
+  app: App,
+  db: Db,
+  logger: Logger,
+): Promise<Connection> {
   const { dataDir } = config.agent;
   const { identity, privateKey, created, path } = loadOrCreateIdentity(dataDir);
   if (created)
@@ -40,6 +46,7 @@ export async function buildConnection(config: AppConfig, app: App, logger: Logge
     privateKey,
     agentVersion: packageVersion(),
     app,
+    db,
     log: logger.child({ component: "connect" }),
     heartbeatMs: c.heartbeatS * 1000,
     deadAfterMs: c.heartbeatS * 3000,

@@ -6,12 +6,14 @@ import type { Logger } from "pino";
 import WebSocket from "ws";
 import type { Grant } from "../access/scopes.js";
 import type { App } from "../http/types.js";
+import type { Db } from "../store/db.js";
 import { readSecret } from "../store/secrets.js";
 import { fs, http, type IncomingMessage, type Server } from "../util/node-builtins.js";
 import { Dispatcher } from "./dispatch.js";
 import { connectionPrincipalOf } from "./principal.js";
 import { channelBinding, fingerprintOf, type Headers, publicKeyFromBase64, SUBPROTOCOL } from "./protocol.js";
 import { ReplayCache } from "./replay.js";
+import { ReplayStore } from "./replay-store.js";
 import { AgentSession, type Counters, SessionError } from "./session.js";
 
 export interface ConnectClientOptions {
@@ -26,6 +28,8 @@ export interface ConnectClientOptions {
   privateKey: KeyObject;
   agentVersion: string;
   app: App;
+  /** The agent's database: the changes' answers are kept there for the same ids sent again. */
+  db: Db;
   log: Logger;
   /** Reconnect back-off bounds (1 s to 60 s); tests shorten them. */
   backoffMs?: { min: number; max: number };
@@ -70,7 +74,7 @@ export class ConnectClient {
   private stopping = false;
   private wakeUp: (() => void) | undefined;
   private loop: Promise<void> | undefined;
-  private readonly replay = new ReplayCache();
+  private readonly replay: ReplayCache;
   private readonly running = new Set<Promise<unknown>>();
   private readonly pinned: ReadonlyMap<string, KeyObject>;
   private readonly agent: https.Agent | undefined;
@@ -84,6 +88,7 @@ export class ConnectClient {
 
   constructor(private readonly o: ConnectClientOptions) {
     this.pinned = new Map(o.pinned.map((k) => [k, publicKeyFromBase64(k)]));
+    this.replay = new ReplayCache(new ReplayStore(o.db));
     this.server = http.createServer({ requireHostHeader: false }, (req, res) => o.app.routing(req, res));
     // A request Node's parser refuses is answered as on the agent's port: the edge's problem, not Node's text.
     for (const onClientError of o.app.server.listeners("clientError"))

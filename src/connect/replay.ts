@@ -1,4 +1,5 @@
 import type { Headers } from "./protocol.js";
+import type { ReplayStore } from "./replay-store.js";
 
 /** A change's whole answer, kept to answer the same request id again. */
 export interface KeptAnswer {
@@ -12,7 +13,6 @@ interface Entry {
   path: string;
   /** Settles with the answer once the change has run. */
   answer: Promise<KeptAnswer>;
-  at: number;
 }
 
 /** How long a request id is remembered: a control plane sending it again after a reconnect within this gets the first answer. */
@@ -21,42 +21,61 @@ export const REPLAY_MS = 10 * 60_000;
 /**
  * The changes (every method but GET and HEAD) each control plane sent, by its request ids, for REPLAY_MS:
  * a request sent again with an id already seen is answered from the first run, waiting for it if it is
- * still running, and is never run twice. Reads are not kept: running one again changes nothing.
- * Kept in memory: an agent that restarts has forgotten them (docs/connect.md).
+ * still running, and is never run twice. Runs in progress are held here; each one's answer, once it has
+ * one, is kept in the agent's database (ReplayStore), so that an agent restarted meanwhile answers from it
+ * too. Reads are not kept: running one again changes nothing.
  */
 export class ReplayCache {
-  private readonly entries = new Map<string, Entry>();
+  private readonly running = new Map<string, Entry>();
 
-  constructor(private readonly now: () => number = Date.now) {}
+  constructor(
+    private readonly store: ReplayStore,
+    private readonly now: () => number = Date.now,
+  ) {}
 
-  /** The first run's entry of `id` from `peer`, if it is still remembered. */
+  /** The first run's entry of `id` from `peer`, if it is running or still remembered. */
   find(peer: string, id: string): Entry | undefined {
-    this.sweep();
-    return this.entries.get(`${peer} ${id}`);
+    const running = this.running.get(`${peer} ${id}`);
+    if (running !== undefined) return running;
+    const row = this.store.get(peer, id);
+    if (row === undefined || row.at < this.now() - REPLAY_MS) return undefined;
+    const answer =
+      row.status === null
+        ? Promise.reject(new Error("the first run of this request ended without an answer"))
+        : Promise.resolve({
+            status: row.status,
+            headers: row.headers ?? {},
+            body: row.body ?? Buffer.alloc(0),
+          });
+    answer.catch(() => {});
+    return { method: row.method, path: row.path, answer };
   }
 
   remember(peer: string, id: string, method: string, path: string, answer: Promise<KeptAnswer>): void {
-    this.sweep();
-    // A run that ended without an answer is kept so: its id is never run again either (only `forget` undoes it).
-    answer.catch(() => {});
-    this.entries.set(`${peer} ${id}`, { method, path, answer, at: this.now() });
+    const key = `${peer} ${id}`;
+    const entry: Entry = { method, path, answer };
+    this.running.set(key, entry);
+    const at = this.now();
+    this.store.pruneBefore(at - REPLAY_MS);
+    const kept = (k: KeptAnswer | undefined) => {
+      // Forgotten meanwhile (its body never all came): nothing to keep.
+      if (this.running.get(key) !== entry) return;
+      this.running.delete(key);
+      // A run that ended without an answer is kept so: its id is never run again either.
+      this.store.put(peer, id, {
+        method,
+        path,
+        status: k?.status ?? null,
+        headers: k?.headers ?? null,
+        body: k?.body ?? null,
+        at,
+      });
+    };
+    answer.then(kept, () => kept(undefined));
   }
 
   /** Forgets a change that cannot have run (its body never all arrived), so the same id may be sent again. */
   forget(peer: string, id: string): void {
-    this.entries.delete(`${peer} ${id}`);
-  }
-
-  get size(): number {
-    return this.entries.size;
-  }
-
-  private sweep(): void {
-    const oldest = this.now() - REPLAY_MS;
-    // Insertion order is age order: stop at the first one still young.
-    for (const [key, entry] of this.entries) {
-      if (entry.at >= oldest) break;
-      this.entries.delete(key);
-    }
+    this.running.delete(`${peer} ${id}`);
   }
 }

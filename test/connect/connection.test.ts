@@ -81,6 +81,31 @@ test("once enrolled, the agent connects with its key alone; its token is not pre
   assert.equal(refused.enrolled, false);
 });
 
+test("a change sent again after the agent restarted is answered from its first run, not run again", async (t) => {
+  const caddy = await startCaddy(t);
+  const cp = await startControlPlane(t);
+  const env: Record<string, string> = { HOSTKEEPER_CADDY_ADMIN: caddy.adminUrl, ...cp.agentEnv() };
+  const first = await buildTestApp(t, env, { dataDir: tmpData(t) });
+  const create = {
+    method: "POST",
+    id: "create-kept-1",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ domain: "kept.test", upstreams: [{ dial: "127.0.0.1:9" }] }),
+  };
+  const before = await (await cp.waitForAgent()).fetch("/v1/proxy/routes", create);
+  assert.equal(before.status, 201);
+  const answer = await before.text();
+  await first.app.close();
+  await buildTestApp(t, env, { dataDir: first.dataDir });
+  const again = await waitFor("the agent back", () => [...cp.cp.agents.values()].find((a) => a.open));
+  const replayed = await again.fetch("/v1/proxy/routes", create);
+  assert.equal(replayed.status, 201);
+  assert.equal(await replayed.text(), answer);
+  // Run again, the same change would have met its own route.
+  const rerun = await again.fetch("/v1/proxy/routes", { ...create, id: "create-kept-2" });
+  assert.equal(rerun.status, 409);
+});
+
 test("a bad token and no token are refused, and said in the agent's status", async (t) => {
   const caddy = await startCaddy(t);
   const refusals: string[] = [];
