@@ -48,6 +48,7 @@ export class ReplayStore {
   private readonly insert;
   private readonly byKey;
   private readonly older;
+  private readonly one;
 
   constructor(db: Db) {
     this.insert = db.prepare(
@@ -58,6 +59,11 @@ export class ReplayStore {
       "SELECT method, path, status, headers, body, at FROM connect_replay WHERE peer = ? AND id = ?",
     );
     this.older = db.prepare("DELETE FROM connect_replay WHERE at < ?");
+    this.one = db.prepare("DELETE FROM connect_replay WHERE peer = ? AND id = ?");
+  }
+
+  delete(peer: string, id: string): void {
+    this.one.run(peer, id);
   }
 
   put(peer: string, id: string, row: ReplayRow): void {

@@ -41,7 +41,11 @@ export class ReplayCache {
     if (row === undefined || row.at < this.now() - REPLAY_MS) return undefined;
     const answer =
       row.status === null
-        ? Promise.reject(new Error("the first run of this request ended without an answer"))
+        ? Promise.reject(
+            new Error(
+              "the first run of this request ended without an answer (the agent stopped during it); look at what it was to change, and send a new request with a new id",
+            ),
+          )
         : Promise.resolve({
             status: row.status,
             headers: row.headers ?? {},
@@ -57,6 +61,9 @@ export class ReplayCache {
     this.running.set(key, entry);
     const at = this.now();
     this.store.pruneBefore(at - REPLAY_MS);
+    // Recorded as begun before it runs: an agent that stops in the middle (a crash) finds it begun and
+    // without an answer, and does not run it again.
+    this.store.put(peer, id, { method, path, status: null, headers: null, body: null, at });
     const kept = (k: KeptAnswer | undefined) => {
       // Forgotten meanwhile (its body never all came): nothing to keep.
       if (this.running.get(key) !== entry) return;
@@ -77,5 +84,6 @@ export class ReplayCache {
   /** Forgets a change that cannot have run (its body never all arrived), so the same id may be sent again. */
   forget(peer: string, id: string): void {
     this.running.delete(`${peer} ${id}`);
+    this.store.delete(peer, id);
   }
 }
