@@ -2,13 +2,13 @@ import type { KeyObject } from "node:crypto";
 import type { Logger } from "pino";
 import type WebSocket from "ws";
 import type { Dispatcher } from "./dispatch.js";
+import { keepAlive } from "./heartbeat.js";
 import {
   DEAD_AFTER_MS,
   decodeMessage,
   type Frame,
   fingerprintOf,
   HANDSHAKE_MS,
-  HEARTBEAT_MS,
   type Headers,
   newNonce,
   ProtocolError,
@@ -61,7 +61,6 @@ export class AgentSession implements FrameSink {
   private dispatcher: Dispatcher | undefined;
   private readonly acks = new Map<string, (status: number) => void>();
   private readonly writer: FrameWriter;
-  private lastHeard = Date.now();
   private readonly timers: NodeJS.Timeout[] = [];
   private why: string | undefined;
   /** The control plane's code when it refused the agent. */
@@ -82,8 +81,6 @@ export class AgentSession implements FrameSink {
       });
     });
     ws.on("message", (data, isBinary) => this.onMessage(data as Buffer, isBinary));
-    ws.on("ping", () => this.heard());
-    ws.on("pong", () => this.heard());
     const handshake = setTimeout(
       () => this.fail(`the control plane did not finish the handshake within ${HANDSHAKE_MS / 1000} s`, 4408),
       HANDSHAKE_MS,
@@ -144,12 +141,7 @@ export class AgentSession implements FrameSink {
     this.timers.push(t);
   }
 
-  private heard(): void {
-    this.lastHeard = Date.now();
-  }
-
   private onMessage(data: Buffer, isBinary: boolean): void {
-    this.heard();
     this.o.counters.framesIn++;
     try {
       if (!isBinary) throw new ProtocolError("a text message; frames are binary");
@@ -210,16 +202,10 @@ export class AgentSession implements FrameSink {
     for (const t of this.timers.splice(0)) clearTimeout(t);
     this.phase = "open";
     this.dispatcher = this.o.welcomed(fingerprintOf(this.controlPlaneKey), f.enrolled === true, this);
-    const every = this.o.heartbeatMs ?? HEARTBEAT_MS;
     const deadAfter = this.o.deadAfterMs ?? DEAD_AFTER_MS;
-    const beat = setInterval(() => {
-      if (Date.now() - this.lastHeard > deadAfter) {
-        this.why = `the control plane was silent for ${Math.round(deadAfter / 1000)} s`;
-        this.ws.terminate();
-      } else this.ws.ping();
-    }, every);
-    beat.unref();
-    this.timers.push(beat);
+    keepAlive(this.ws, { everyMs: this.o.heartbeatMs, deadAfterMs: deadAfter }, () => {
+      this.why = `the control plane was silent for ${Math.round(deadAfter / 1000)} s`;
+    });
   }
 
   private onStream(f: StreamFrame, body: Buffer): void {
@@ -239,10 +225,7 @@ export class AgentSession implements FrameSink {
   private finish(): void {
     if (this.phase === "closed") return;
     this.phase = "closed";
-    for (const t of this.timers.splice(0)) {
-      clearTimeout(t);
-      clearInterval(t);
-    }
+    for (const t of this.timers.splice(0)) clearTimeout(t);
     this.dispatcher?.close();
     for (const ack of [...this.acks.values()]) ack(0);
     this.writer.release();

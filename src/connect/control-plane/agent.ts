@@ -1,7 +1,8 @@
 import { randomUUID } from "node:crypto";
 import { Readable } from "node:stream";
 import type WebSocket from "ws";
-import { DEAD_AFTER_MS, type Frame, HEARTBEAT_MS, type Headers, type StreamFrame } from "../protocol.js";
+import { keepAlive } from "../heartbeat.js";
+import type { Frame, Headers, StreamFrame } from "../protocol.js";
 import { type FrameSink, FrameWriter, IncomingWebBody, OutgoingBody } from "../streams.js";
 
 /** What `fetch` takes: a subset of the Fetch API's RequestInit, and the request's id. */
@@ -47,8 +48,6 @@ export class ConnectedAgent implements FrameSink {
   readonly connectedAt = new Date();
   private readonly pending = new Map<string, Pending>();
   private readonly writer: FrameWriter;
-  private lastHeard = Date.now();
-  private readonly beat: NodeJS.Timeout;
   /** Settles when the connection closes, with why. */
   readonly closed: Promise<string>;
 
@@ -65,7 +64,6 @@ export class ConnectedAgent implements FrameSink {
     this.writer = new FrameWriter(ws);
     this.closed = new Promise((resolve) =>
       ws.once("close", (code, reason) => {
-        clearInterval(this.beat);
         const why = `closed (${code}${reason.length > 0 ? `: ${reason}` : ""})`;
         for (const [id, p] of this.pending)
           this.failPending(id, p, new Error(`the agent's connection ${why}`));
@@ -73,14 +71,7 @@ export class ConnectedAgent implements FrameSink {
         resolve(why);
       }),
     );
-    ws.on("ping", () => this.heard());
-    ws.on("pong", () => this.heard());
-    const deadAfter = timing.deadAfterMs ?? DEAD_AFTER_MS;
-    this.beat = setInterval(() => {
-      if (Date.now() - this.lastHeard > deadAfter) ws.terminate();
-      else ws.ping();
-    }, timing.heartbeatMs ?? HEARTBEAT_MS);
-    this.beat.unref();
+    keepAlive(ws, { everyMs: timing.heartbeatMs, deadAfterMs: timing.deadAfterMs });
   }
 
   get open(): boolean {
@@ -140,7 +131,6 @@ export class ConnectedAgent implements FrameSink {
 
   /** One frame from the agent after the handshake (control-plane/index.ts hands them here). */
   onFrame(f: StreamFrame, body: Buffer): void {
-    this.heard();
     if (f.t === "event") {
       void this.acknowledge(f.id, f.headers, body);
       return;
@@ -167,10 +157,6 @@ export class ConnectedAgent implements FrameSink {
       default:
         return;
     }
-  }
-
-  heard(): void {
-    this.lastHeard = Date.now();
   }
 
   private answer(f: Extract<StreamFrame, { t: "res" }>, p: Pending, body: Buffer): void {
