@@ -1,3 +1,4 @@
+import { buffer } from "node:stream/consumers";
 import type { Logger } from "pino";
 import type { Principal } from "../access/tokens.js";
 import { ApiError, problemBody } from "../http/errors.js";
@@ -147,7 +148,7 @@ export class Dispatcher {
         const length = Number(res.headers["content-length"] ?? Number.NaN);
         // An answer of known small size goes in one frame, as most answers are.
         if (length <= CHUNK_BYTES) {
-          const whole = await collect(res.body);
+          const whole = await buffer(res.body);
           if (this.active.get(id) === a && this.o.sink.open)
             this.o.sink.send({ t: "res", id, status: res.status, headers, end: true }, whole);
           return;
@@ -173,7 +174,7 @@ export class Dispatcher {
       async (res): Promise<KeptAnswer> => ({
         status: res.status,
         headers: res.headers,
-        body: await collect(res.body),
+        body: await buffer(res.body),
       }),
     );
     this.o.replay.remember(this.o.peer, f.id, f.method.toUpperCase(), f.path, answer);
@@ -198,7 +199,7 @@ export class Dispatcher {
     this.o.sink.send({ t: "res", id, status: k.status, headers: k.headers });
     a.out = new OutgoingBody(id, this.o.sink);
     a.out
-      .pump(once(k.body))
+      .pump([k.body])
       .catch((err: unknown) => this.fail(id, err))
       .finally(() => this.done(id, a));
   }
@@ -212,16 +213,6 @@ export class Dispatcher {
   private done(id: string, a: Active): void {
     if (this.active.get(id) === a) this.active.delete(id);
   }
-}
-
-async function collect(stream: AsyncIterable<Buffer | string>): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const part of stream) parts.push(typeof part === "string" ? Buffer.from(part) : part);
-  return parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts);
-}
-
-async function* once(body: Buffer): AsyncIterable<Buffer> {
-  yield body;
 }
 
 function validHeaders(h: unknown): h is Record<string, string | string[]> {

@@ -1,6 +1,6 @@
 import { Duplex, Readable } from "node:stream";
 import type { Server } from "../util/node-builtins.js";
-import type { Headers } from "./protocol.js";
+import { type Headers, INITIAL_WINDOW } from "./protocol.js";
 
 /**
  * One request's connection in memory to the agent's own HTTP handling (connect/dispatch.ts): the request
@@ -62,6 +62,9 @@ export class MemorySocket extends Duplex {
   }
 }
 
+/** An HTTP token (RFC 9110, 5.6.2): a header's name, a method. */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
 /** A request's head as HTTP/1.1 bytes; throws on a name or value that would break the head's framing. */
 export function requestHead(method: string, path: string, headers: Headers, body: boolean): Buffer {
   const lines = [`${method} ${path} HTTP/1.1`];
@@ -70,14 +73,14 @@ export function requestHead(method: string, path: string, headers: Headers, body
     const lower = name.toLowerCase();
     // Framing is the bridge's: the frames say whether a body follows.
     if (lower === "content-length" || lower === "transfer-encoding" || lower === "connection") continue;
-    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new Error(`header name ${JSON.stringify(name)}`);
+    if (!TOKEN.test(name)) throw new Error(`header name ${JSON.stringify(name)}`);
     if (lower === "host") host = true;
     for (const one of [value].flat()) {
       if (/[\r\n\0]/.test(one)) throw new Error(`header ${name} holds a line break`);
       lines.push(`${name}: ${one}`);
     }
   }
-  if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(method) || /[\s\0]/.test(path))
+  if (!TOKEN.test(method) || /[\s\0]/.test(path))
     throw new Error("the method or path would break the request line");
   if (!host) lines.push("host: localhost");
   lines.push("connection: close", body ? "transfer-encoding: chunked" : "content-length: 0", "", "");
@@ -249,10 +252,17 @@ export function bridgeRequest(
   mark: (socket: MemorySocket) => void,
   signal?: AbortSignal,
 ): Promise<BridgedAnswer> {
+  // Before any socket: a request whose head cannot be written leaves nothing behind in the server.
+  let head: Buffer;
+  try {
+    head = requestHead(request.method, request.path, request.headers, request.body !== undefined);
+  } catch (err) {
+    return Promise.reject(err);
+  }
   return new Promise((resolve, reject) => {
     let socket: MemorySocket | undefined;
     // As much buffered as a stream's window: the server writes on while the frames go out.
-    const body = new Readable({ highWaterMark: 1024 * 1024, read: () => socket?.release() });
+    const body = new Readable({ highWaterMark: INITIAL_WINDOW, read: () => socket?.release() });
     let headSeen = false;
     const reader = new ResponseReader(
       {
@@ -278,7 +288,7 @@ export function bridgeRequest(
     signal?.addEventListener("abort", () => s.destroy(), { once: true });
     mark(s);
     server.emit("connection", s);
-    s.push(requestHead(request.method, request.path, request.headers, request.body !== undefined));
+    s.push(head);
     if (request.body !== undefined) void sendBody(s, request.body);
   });
 }

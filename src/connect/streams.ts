@@ -35,7 +35,7 @@ export class OutgoingBody {
   }
 
   /** Sends every chunk of `source` then `end`; resolves false when stopped before the end. */
-  async pump(source: AsyncIterable<Uint8Array | string>): Promise<boolean> {
+  async pump(source: AsyncIterable<Uint8Array | string> | Iterable<Uint8Array | string>): Promise<boolean> {
     for await (const piece of source) {
       const chunk = typeof piece === "string" ? Buffer.from(piece) : piece;
       let offset = 0;
@@ -62,24 +62,45 @@ export class OutgoingBody {
 }
 
 /**
- * A body arriving in `data` frames, as a Readable. The sender may have INITIAL_WINDOW bytes unread here
- * at most: credit goes back in `win` frames as the reader takes bytes out, a quarter window at a time.
+ * The credit of a body arriving: the sender may have INITIAL_WINDOW bytes unread here at most, and credit
+ * goes back in `win` frames as the reader takes bytes out, a quarter window at a time.
  */
-export class IncomingBody extends Readable {
+class ReceiveWindow {
   private received = 0;
   private granted = INITIAL_WINDOW;
 
   constructor(
     private readonly id: string,
     private readonly sink: FrameSink,
-  ) {
+  ) {}
+
+  /** Counts a data frame's bytes; false when the sender overran its credit (a protocol error). */
+  take(bytes: number): boolean {
+    this.received += bytes;
+    return this.received <= this.granted;
+  }
+
+  /** Gives back the credit of what the reader took, `unread` bytes still waiting for it. */
+  giveBack(unread: number): void {
+    const target = this.received - unread + INITIAL_WINDOW;
+    if (target - this.granted < INITIAL_WINDOW / 4 || !this.sink.open) return;
+    this.sink.send({ t: "win", id: this.id, bytes: target - this.granted });
+    this.granted = target;
+  }
+}
+
+/** A body arriving in `data` frames, as a Readable (the agent's requests' bodies). */
+export class IncomingBody extends Readable {
+  private readonly window: ReceiveWindow;
+
+  constructor(id: string, sink: FrameSink) {
     super({ highWaterMark: INITIAL_WINDOW });
+    this.window = new ReceiveWindow(id, sink);
   }
 
   /** A data frame's bytes; false when the sender overran its credit (a protocol error). */
   add(bytes: Buffer): boolean {
-    this.received += bytes.length;
-    if (this.received > this.granted) return false;
+    if (!this.window.take(bytes.length)) return false;
     // The frame's own bytes: the WebSocket message they came in is not reused.
     this.push(bytes);
     return true;
@@ -90,11 +111,7 @@ export class IncomingBody extends Readable {
   }
 
   override _read(): void {
-    const consumed = this.received - this.readableLength;
-    const target = consumed + INITIAL_WINDOW;
-    if (target - this.granted < INITIAL_WINDOW / 4 || !this.sink.open) return;
-    this.sink.send({ t: "win", id: this.id, bytes: target - this.granted });
-    this.granted = target;
+    this.window.giveBack(this.readableLength);
   }
 }
 
@@ -150,26 +167,28 @@ export class FrameWriter {
 
 /**
  * A body arriving in `data` frames, as a web ReadableStream (the control plane's `Response` bodies), with
- * the same credit as IncomingBody: given back in `win` frames as the reader takes bytes out. Built on the
- * stream's own queue: no Node stream in between.
+ * the same credit as IncomingBody. Built on the stream's own queue: no Node stream in between.
  */
 export class IncomingWebBody {
   readonly stream: ReadableStream<Uint8Array>;
   private controller!: ReadableStreamDefaultController<Uint8Array>;
-  private received = 0;
-  private granted = INITIAL_WINDOW;
+  private readonly window: ReceiveWindow;
   private closed = false;
 
   constructor(
     private readonly id: string,
     private readonly sink: FrameSink,
   ) {
+    this.window = new ReceiveWindow(id, sink);
     this.stream = new ReadableStream<Uint8Array>(
       {
         start: (c) => {
           this.controller = c;
         },
-        pull: () => this.giveBack(),
+        // What the stream's queue does not hold, the reader took.
+        pull: () => {
+          if (!this.closed) this.window.giveBack(INITIAL_WINDOW - (this.controller.desiredSize ?? 0));
+        },
         cancel: () => {
           this.closed = true;
           if (this.sink.open) this.sink.send({ t: "cancel", id: this.id });
@@ -181,8 +200,7 @@ export class IncomingWebBody {
 
   /** A data frame's bytes; false when the sender overran its credit. */
   add(bytes: Buffer): boolean {
-    this.received += bytes.length;
-    if (this.received > this.granted) return false;
+    if (!this.window.take(bytes.length)) return false;
     if (!this.closed) this.controller.enqueue(bytes);
     return true;
   }
@@ -197,13 +215,5 @@ export class IncomingWebBody {
     if (this.closed) return;
     this.closed = true;
     this.controller.error(err);
-  }
-
-  private giveBack(): void {
-    const queued = INITIAL_WINDOW - (this.controller.desiredSize ?? 0);
-    const target = this.received - queued + INITIAL_WINDOW;
-    if (target - this.granted < INITIAL_WINDOW / 4 || !this.sink.open || this.closed) return;
-    this.sink.send({ t: "win", id: this.id, bytes: target - this.granted });
-    this.granted = target;
   }
 }

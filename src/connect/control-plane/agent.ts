@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { Readable } from "node:stream";
+import type { Readable } from "node:stream";
 import type WebSocket from "ws";
 import { keepAlive } from "../heartbeat.js";
 import type { Frame, Headers, StreamFrame } from "../protocol.js";
@@ -100,7 +100,7 @@ export class ConnectedAgent implements FrameSink {
       this.send({ t: "req", id, method: init.method ?? "GET", path, headers, body: body !== null });
       if (body !== null) {
         p.request = new OutgoingBody(id, this);
-        const source = typeof body === "string" || body instanceof Uint8Array ? Readable.from([body]) : body;
+        const source = typeof body === "string" || body instanceof Uint8Array ? [body] : body;
         p.request.pump(source).catch((err: unknown) => this.failPending(id, p, err as Error));
       }
       const signal = init.signal;
