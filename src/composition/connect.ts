@@ -42,7 +42,7 @@ export async function buildConnection(
     enrollToken: c.enrollToken,
     scopes: c.scopes as Grant[],
     dataDir,
-    publicKey: identity.publicKey,
+    identity,
     privateKey,
     agentVersion: packageVersion(),
     app,

@@ -10,8 +10,9 @@ import type { Db } from "../store/db.js";
 import { readSecret } from "../store/secrets.js";
 import { fs, http, type IncomingMessage, type Server } from "../util/node-builtins.js";
 import { Dispatcher } from "./dispatch.js";
+import type { AgentIdentity } from "./identity.js";
 import { connectionPrincipalOf } from "./principal.js";
-import { channelBinding, fingerprintOf, type Headers, publicKeyFromBase64, SUBPROTOCOL } from "./protocol.js";
+import { channelBinding, type Headers, publicKeyFromBase64, SUBPROTOCOL } from "./protocol.js";
 import { ReplayCache } from "./replay.js";
 import { ReplayStore } from "./replay-store.js";
 import { AgentSession, type Counters, SessionError } from "./session.js";
@@ -24,7 +25,8 @@ export interface ConnectClientOptions {
   enrollToken: string | undefined;
   scopes: readonly Grant[];
   dataDir: string;
-  publicKey: string;
+  /** The agent's key pair (connect/identity.ts). */
+  identity: AgentIdentity;
   privateKey: KeyObject;
   agentVersion: string;
   app: App;
@@ -93,7 +95,7 @@ export class ConnectClient {
     // A request Node's parser refuses is answered as on the agent's port: the edge's problem, not Node's text.
     for (const onClientError of o.app.server.listeners("clientError"))
       this.server.on("clientError", onClientError as (...args: unknown[]) => void);
-    this.enrolled = enrolledAs(o.dataDir) === fingerprintOf(o.publicKey);
+    this.enrolled = enrolledAs(o.dataDir) === o.identity.fingerprint;
     if (this.enrolled && o.enrollToken)
       o.log.warn("this agent is enrolled; HOSTKEEPER_ENROLL_TOKEN is not presented again and can be removed");
     const ca = o.ca ?? systemCas();
@@ -125,10 +127,10 @@ export class ConnectClient {
 
   /** Sends an event over the connection; resolves with the control plane's acknowledgement status. */
   deliver(id: string, headers: Headers, body: Buffer, timeoutMs: number): Promise<number> {
-    const s = this.session;
-    if (s === undefined || !s.open)
+    // The session refuses too while it is not open.
+    if (this.session === undefined)
       return Promise.reject(new SessionError("not connected to the control plane"));
-    return s.deliver(id, headers, body, timeoutMs);
+    return this.session.deliver(id, headers, body, timeoutMs);
   }
 
   /** Closes the connection, then waits for the requests it started (changes run to their end). */
@@ -233,7 +235,7 @@ export class ConnectClient {
   ): AgentSession {
     const o = this.o;
     return new AgentSession(ws, {
-      publicKey: o.publicKey,
+      publicKey: o.identity.publicKey,
       privateKey: o.privateKey,
       pinned: this.pinned,
       enrollToken: this.enrolled ? undefined : o.enrollToken,
@@ -265,7 +267,7 @@ export class ConnectClient {
 
   private recordEnrollment(controlPlane: string): void {
     const record = {
-      agent: fingerprintOf(this.o.publicKey),
+      agent: this.o.identity.fingerprint,
       control_plane: controlPlane,
       at: new Date().toISOString(),
     };

@@ -1,11 +1,6 @@
-import {
-  createHash,
-  createPrivateKey,
-  createPublicKey,
-  generateKeyPairSync,
-  type KeyObject,
-} from "node:crypto";
+import { createPrivateKey, generateKeyPairSync, type KeyObject } from "node:crypto";
 import { loadOrCreateSecret, readSecret } from "../store/secrets.js";
+import { fingerprintOf, publicKeyBase64 } from "./protocol.js";
 
 /**
  * The agent's own key pair, for the outbound connection to its control plane (docs/security.md, "The
@@ -19,9 +14,6 @@ export interface AgentIdentity {
 }
 
 export const KEY_FILE = "connect-key";
-
-/** DER prefix of an Ed25519 SubjectPublicKeyInfo; the 32 raw key bytes follow it. */
-const ED25519_SPKI_PREFIX_BYTES = 12;
 
 const generate = () =>
   generateKeyPairSync("ed25519").privateKey.export({ format: "pem", type: "pkcs8" }).toString().trim();
@@ -38,15 +30,8 @@ function identityOf(pem: string, path: string): { identity: AgentIdentity; priva
   }
   if (privateKey.asymmetricKeyType !== "ed25519")
     throw new Error(`${path} holds a ${privateKey.asymmetricKeyType} key, not an Ed25519 one`);
-  const spki = createPublicKey(privateKey).export({ format: "der", type: "spki" });
-  const raw = spki.subarray(ED25519_SPKI_PREFIX_BYTES);
-  return {
-    identity: {
-      publicKey: raw.toString("base64"),
-      fingerprint: `SHA256:${createHash("sha256").update(raw).digest("base64").replace(/=+$/, "")}`,
-    },
-    privateKey,
-  };
+  const publicKey = publicKeyBase64(privateKey);
+  return { identity: { publicKey, fingerprint: fingerprintOf(publicKey) }, privateKey };
 }
 
 /** The agent's key pair, made (and stored 0600) when there is none yet. */
