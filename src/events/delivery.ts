@@ -51,9 +51,16 @@ export async function deliverSigned(ev: OutboxEvent, opts: DeliveryOptions): Pro
       retryAfterSeconds: res.retryAfterSeconds,
     };
   } catch (err) {
-    return { statusCode: null, error: (err as Error).message || String(err), retryAfterSeconds: undefined };
+    return noAnswer((err as Error).message || String(err));
   }
 }
+
+/** An attempt that got no answer at all, and why. */
+const noAnswer = (error: string): AttemptResult => ({
+  statusCode: null,
+  error,
+  retryAfterSeconds: undefined,
+});
 
 /** The same signed event as an `event` frame; the control plane's `ack` status judged as an HTTP answer's. */
 async function overConnection(
@@ -61,12 +68,7 @@ async function overConnection(
   headers: Record<string, string>,
   opts: DeliveryOptions,
 ): Promise<AttemptResult> {
-  if (opts.channel === undefined)
-    return {
-      statusCode: null,
-      error: "the agent has no connection to a control plane",
-      retryAfterSeconds: undefined,
-    };
+  if (opts.channel === undefined) return noAnswer("the agent has no connection to a control plane");
   try {
     const status = await opts.channel.deliver(ev.id, headers, Buffer.from(ev.payload), opts.timeoutMs);
     const ok = status >= 200 && status < 300;
@@ -76,6 +78,6 @@ async function overConnection(
       retryAfterSeconds: undefined,
     };
   } catch (err) {
-    return { statusCode: null, error: (err as Error).message || String(err), retryAfterSeconds: undefined };
+    return noAnswer((err as Error).message || String(err));
   }
 }

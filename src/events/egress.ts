@@ -5,14 +5,16 @@ import { AddressSet } from "../util/cidrs.js";
 import { type Agent, http } from "../util/node-builtins.js";
 import { absoluteUrl, carriesCredentials } from "../util/urls.js";
 
-/** Address ranges a caller-supplied URL must never reach (cloud metadata, link-local, ...). */
 /**
  * The `callback_url` that asks for events over the agent's connection to its control plane
  * (docs/connect.md, "Events"), instead of a POST to a URL.
  */
 export const CONNECTION_CALLBACK = "hostkeeper:connection";
 
-/** Where callbacks may go: not to the denied address ranges; over the connection only when there is one. */
+/**
+ * Where callbacks may go: never to the address ranges a caller-supplied URL must not reach (cloud metadata,
+ * link-local, ...); over the connection only when there is one.
+ */
 export class DenyList {
   private readonly set: AddressSet;
   constructor(
