@@ -215,7 +215,7 @@ const status: Command = {
   words: ["status"],
   positionals: { min: 0, max: 0 },
   summary:
-    "Show the agent's status: readiness, Caddy, routes, callbacks, updates, patch compliance, operator, self-update, versions.",
+    "Show the agent's status: readiness, Caddy, routes, callbacks, updates, patch compliance, operator, self-update, the connection to the control plane, versions.",
   details: [
     "GET /v1/status and GET /v1/system/compliance; without a usable token, GET /readyz (which needs none) for the agent's readiness alone.",
     "Exit code 0 when the agent is ready (its database, Caddy's admin API and Caddy's listeners answer), 1",

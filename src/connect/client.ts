@@ -9,6 +9,7 @@ import type { App } from "../http/types.js";
 import type { Db } from "../store/db.js";
 import { readSecret } from "../store/secrets.js";
 import { fs, http, type IncomingMessage, type Server } from "../util/node-builtins.js";
+import { sleep } from "../util/timers.js";
 import { Dispatcher } from "./dispatch.js";
 import type { AgentIdentity } from "./identity.js";
 import { connectionPrincipalOf } from "./principal.js";
@@ -73,8 +74,8 @@ export class ConnectClient {
   private reconnects = 0;
   private readonly counters: Counters = { framesIn: 0, framesOut: 0, bytesIn: 0, bytesOut: 0 };
   private session: AgentSession | undefined;
-  private stopping = false;
-  private wakeUp: (() => void) | undefined;
+  /** Aborted by `close`: no more dialling, and the wait before the next dial ends. */
+  private readonly stopping = new AbortController();
   private loop: Promise<void> | undefined;
   private readonly replay: ReplayCache;
   private readonly running = new Set<Promise<unknown>>();
@@ -135,9 +136,8 @@ export class ConnectClient {
 
   /** Closes the connection, then waits for the requests it started (changes run to their end). */
   async close(): Promise<void> {
-    this.stopping = true;
+    this.stopping.abort();
     this.session?.close();
-    this.wakeUp?.();
     await this.loop;
     this.agent?.destroy();
     while (this.running.size > 0) await Promise.allSettled([...this.running]);
@@ -150,24 +150,17 @@ export class ConnectClient {
 
   private async run(): Promise<void> {
     let failures = 0;
-    while (!this.stopping) {
+    while (!this.stopping.signal.aborted) {
       this.enter("connecting");
       const { welcomed, why } = await this.connectOnce();
-      if (this.stopping) break;
+      if (this.stopping.signal.aborted) break;
       this.lastError = { message: why, at: new Date().toISOString() };
       failures = welcomed ? 1 : failures + 1;
       this.reconnects++;
       const delay = redialDelay(failures, this.o.backoffMs);
       this.o.log.info({ reason: why, retry_in_ms: Math.round(delay) }, "reconnecting to the control plane");
       this.enter("waiting");
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, delay);
-        this.wakeUp = () => {
-          clearTimeout(t);
-          resolve();
-        };
-      });
-      this.wakeUp = undefined;
+      await sleep(delay, this.stopping.signal).catch(() => {});
     }
     this.enter("stopped");
   }
