@@ -20,6 +20,10 @@ export class MemorySocket extends Duplex {
     private readonly reader: ResponseReader,
   ) {
     super({ allowHalfOpen: false });
+    // The server has written its last (or the answer was read whole): the socket is done both ways. Node's
+    // server ends a socket it keeps no longer, and only a socket that closes leaves its list of connections
+    // and gives back its parser: without this, every request left its socket behind (about 4.5 KB each).
+    this.once("finish", () => this.destroy());
   }
 
   override _read(): void {}
