@@ -4,10 +4,9 @@
  *
  * 1. Requests over the connection against the same requests over direct HTTP to the same agent (a real
  *    agent child started as `npm start` starts it, on a real Caddy; the control plane in this process):
- *    a single-route read and the list, at a small host's routes and at 20,000. Each round sends the request
- *    over the connection, over HTTP on a kept-alive connection (the target's baseline: one persistent
- *    connection each way) and over HTTP on a new connection, in a rotating order so machine noise hits all
- *    three. Each is timed to the last byte of its body.
+ *    a single-route read and the list, at a small host's routes and at 20,000: over the connection, over
+ *    HTTP on a kept-alive connection (the target's baseline: one persistent connection each way) and over
+ *    HTTP on a new connection, in blocks of one way (sideBySide), each timed to the last byte of its body.
  * 2. What an idle connection costs the agent: agents with the connection and agents without, started in
  *    turn and left idle together; their resident memory, and their context switches (all threads,
  *    voluntary and not, from /proc/<pid>/task/<tid>/status) over the same window.
@@ -19,6 +18,8 @@
  *   BENCH_CONNECT_SIZES        route counts of part 1, default 300,20000 (the targets hold at each)
  *   BENCH_CONNECT_ROUNDS       single-route reads per size, default 200
  *   BENCH_CONNECT_LISTS        lists per size, default 20 above 5,000 routes, 60 below
+ *   BENCH_CONNECT_BLOCK        requests of one way in a row, after one that is not timed: default 10 reads,
+ *                              4 lists above 5,000 routes, 6 below
  *   BENCH_CONNECT_SCHEME       wss (TLS, the default, as in production) or ws (plain, loopback only), parts 1-2
  *   BENCH_CONNECT_IDLE_PAIRS   agents with and without the connection in part 2, default 5 of each (an idle agent's
  *                              memory varies by 1-2 MB from one start to the next)
@@ -60,6 +61,7 @@ const env = process.env;
 const SIZES = (env.BENCH_CONNECT_SIZES ?? "300,20000").split(",").map(Number);
 const ROUNDS = Number(env.BENCH_CONNECT_ROUNDS ?? 200);
 const LISTS = env.BENCH_CONNECT_LISTS ? Number(env.BENCH_CONNECT_LISTS) : undefined;
+const BLOCK = env.BENCH_CONNECT_BLOCK ? Number(env.BENCH_CONNECT_BLOCK) : undefined;
 const SCHEME = env.BENCH_CONNECT_SCHEME === "ws" ? "ws" : "wss";
 const PARTS = new Set((env.BENCH_CONNECT_PARTS ?? "1,2,3").split(",").map(Number));
 
@@ -139,12 +141,20 @@ const ORDERS: Via[][] = [
   ["new", "connection", "keepalive"],
 ];
 
-/** `rounds` rounds of the three ways for the paths `pathOf(round)`, in rotating order. */
+/**
+ * `n` requests of each of the three ways for the paths `pathOf(i)`, in blocks of `block` requests of one
+ * way, the ways' order rotating from one set of blocks to the next so that machine noise hits all three.
+ * Each block starts with a request that is not timed: it pays for what the other way's requests left
+ * behind. Timed one after the other, each request pays for the last one's garbage, which the agent
+ * collects during the next request whatever it is: a list over HTTP left the agent about 20 ms of
+ * collection that the list after it paid (docs/performance.md, "The control plane's connection").
+ */
 async function sideBySide(
   name: string,
   routes: number,
-  rounds: number,
-  pathOf: (round: number) => string,
+  n: number,
+  block: number,
+  pathOf: (i: number) => string,
   send: Record<Via, (path: string, keep: boolean) => Promise<Sample>>,
 ): Promise<RequestRow> {
   const ms: Record<Via, number[]> = { connection: [], keepalive: [], new: [] };
@@ -157,17 +167,21 @@ async function sideBySide(
   }
   let bytes = 0;
   let resent = 0;
-  for (let i = 0; i < rounds; i++) {
-    const path = pathOf(i);
-    for (const via of ORDERS[i % ORDERS.length] as Via[]) {
-      const s = await send[via](path, false).catch((err: NodeJS.ErrnoException) => {
-        // A kept-alive connection the agent closed as the request went out: sent again, once, on a new one.
-        if (via !== "keepalive" || err.code !== "ECONNRESET") throw err;
-        resent++;
-        return send[via](path, false);
-      });
-      ms[via].push(s.ms);
-      bytes = s.bytes;
+  const once = (via: Via, path: string) =>
+    send[via](path, false).catch((err: NodeJS.ErrnoException) => {
+      // A kept-alive connection the agent closed as the request went out: sent again, once, on a new one.
+      if (via !== "keepalive" || err.code !== "ECONNRESET") throw err;
+      resent++;
+      return send[via](path, false);
+    });
+  for (let done = 0, b = 0; done < n; done += block, b++) {
+    for (const via of ORDERS[b % ORDERS.length] as Via[]) {
+      await once(via, pathOf(done));
+      for (let i = done; i < Math.min(n, done + block); i++) {
+        const s = await once(via, pathOf(i));
+        ms[via].push(s.ms);
+        bytes = s.bytes;
+      }
     }
   }
   const stat = (xs: number[]) => ({ median: quantile(xs, 0.5), p95: quantile(xs, 0.95) });
@@ -179,7 +193,7 @@ async function sideBySide(
     name,
     routes,
     bytes,
-    n: rounds,
+    n,
     connection,
     keepalive,
     newConnection,
@@ -219,6 +233,7 @@ async function requestsPart(dir: string, cp: TestControlPlane, caddy: BenchCaddy
           "GET /v1/proxy/routes/{id}",
           size,
           ROUNDS,
+          BLOCK ?? 10,
           (i) => `/v1/proxy/routes/${ids[(i * step) % size]}`,
           send,
         ),
@@ -228,6 +243,7 @@ async function requestsPart(dir: string, cp: TestControlPlane, caddy: BenchCaddy
           "GET /v1/proxy/routes",
           size,
           LISTS ?? (size > 5000 ? 20 : 60),
+          BLOCK ?? (size > 5000 ? 4 : 6),
           () => "/v1/proxy/routes",
           send,
         ),
