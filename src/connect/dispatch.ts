@@ -3,7 +3,7 @@ import type { Logger } from "pino";
 import type { Principal } from "../access/tokens.js";
 import { ApiError, problemBody } from "../http/errors.js";
 import type { Server } from "../util/node-builtins.js";
-import { bridgeRequest } from "./http-bridge.js";
+import { Bridge } from "./http-bridge.js";
 import { markConnectionSocket } from "./principal.js";
 import { CHUNK_BYTES, type Headers, ProtocolError, type StreamFrame } from "./protocol.js";
 import type { KeptAnswer, ReplayCache } from "./replay.js";
@@ -47,8 +47,12 @@ type Request = { method: string; path: string; headers: Headers; body: IncomingB
  */
 export class Dispatcher {
   private readonly active = new Map<string, Active>();
+  private readonly bridge: Bridge;
 
-  constructor(private readonly o: DispatchOptions) {}
+  constructor(private readonly o: DispatchOptions) {
+    const principal = o.principal;
+    this.bridge = new Bridge(o.server, o.remoteAddress, (socket) => markConnectionSocket(socket, principal));
+  }
 
   get inFlight(): number {
     return this.active.size;
@@ -96,6 +100,7 @@ export class Dispatcher {
       }
     }
     this.active.clear();
+    this.bridge.close();
   }
 
   private start(f: RequestFrame): void {
@@ -135,9 +140,7 @@ export class Dispatcher {
   }
 
   private bridged(request: Request, signal?: AbortSignal) {
-    const principal = this.o.principal;
-    const mark = (socket: object) => markConnectionSocket(socket, principal);
-    return bridgeRequest(this.o.server, request, this.o.remoteAddress, mark, signal);
+    return this.bridge.request(request, signal);
   }
 
   private read(id: string, a: Active, request: Request): void {

@@ -3,22 +3,21 @@ import type { Server } from "../util/node-builtins.js";
 import { type Headers, INITIAL_WINDOW } from "./protocol.js";
 
 /**
- * One request's connection in memory to the agent's own HTTP handling (connect/dispatch.ts): the request
- * goes in as HTTP/1.1 bytes, which Node's parser reads as it reads a socket's; the answer comes out as the
- * bytes Node's server writes, read back here by `ResponseReader`. No port, no copy of the answer's body.
+ * A connection in memory to the agent's own HTTP handling (connect/dispatch.ts): requests go in as
+ * HTTP/1.1 bytes, which Node's parser reads as it reads a socket's; each answer comes out as the bytes
+ * Node's server writes, read back by the request's `ResponseReader`. No port, no copy of the answer's body.
  */
 export class MemorySocket extends Duplex {
   readonly remotePort = 0;
   readonly localAddress = "127.0.0.1";
   readonly localPort = 0;
   readonly encrypted = false;
+  /** The reader of the answer under way; none between requests. */
+  private reader: ResponseReader | undefined;
   /** The server's write waiting for the answer's reader to take more. */
   private held: (() => void) | undefined;
 
-  constructor(
-    readonly remoteAddress: string,
-    private readonly reader: ResponseReader,
-  ) {
+  constructor(readonly remoteAddress: string) {
     super({ allowHalfOpen: false });
     // The server has written its last (or the answer was read whole): the socket is done both ways. Node's
     // server ends a socket it keeps no longer, and only a socket that closes leaves its list of connections
@@ -26,11 +25,26 @@ export class MemorySocket extends Duplex {
     this.once("finish", () => this.destroy());
   }
 
+  /** The next request's answer is read by `reader`. */
+  attach(reader: ResponseReader | undefined): void {
+    this.reader = reader;
+  }
+
+  /** Whether `reader` reads the answer under way. */
+  reads(reader: ResponseReader): boolean {
+    return this.reader === reader;
+  }
+
   override _read(): void {}
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, done: (err?: Error | null) => void): void {
+    const reader = this.reader;
+    if (reader === undefined) {
+      done(new Error("the agent's server wrote between answers"));
+      return;
+    }
     try {
-      if (this.reader.feed(chunk)) done();
+      if (reader.feed(chunk)) done();
       else this.held = () => done();
     } catch (err) {
       done(err as Error);
@@ -45,12 +59,12 @@ export class MemorySocket extends Duplex {
   }
 
   override _final(done: (err?: Error | null) => void): void {
-    this.reader.close();
+    this.reader?.close();
     done();
   }
 
   override _destroy(err: Error | null, done: (err: Error | null) => void): void {
-    this.reader.close();
+    this.reader?.close();
     done(err);
   }
 
@@ -69,7 +83,10 @@ export class MemorySocket extends Duplex {
 /** An HTTP token (RFC 9110, 5.6.2): a header's name, a method. */
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
-/** A request's head as HTTP/1.1 bytes; throws on a name or value that would break the head's framing. */
+/**
+ * A request's head as HTTP/1.1 bytes; throws on a name or value that would break the head's framing. A
+ * request with a body closes its connection after it; one without leaves it open for the next.
+ */
 export function requestHead(method: string, path: string, headers: Headers, body: boolean): Buffer {
   const lines = [`${method} ${path} HTTP/1.1`];
   let host = false;
@@ -87,7 +104,7 @@ export function requestHead(method: string, path: string, headers: Headers, body
   if (!TOKEN.test(method) || /[\s\0]/.test(path))
     throw new Error("the method or path would break the request line");
   if (!host) lines.push("host: localhost");
-  lines.push("connection: close", body ? "transfer-encoding: chunked" : "content-length: 0", "", "");
+  lines.push(...(body ? ["connection: close", "transfer-encoding: chunked"] : ["content-length: 0"]), "", "");
   return Buffer.from(lines.join("\r\n"), "latin1");
 }
 
@@ -116,6 +133,8 @@ export class ResponseReader {
     "head";
   private remaining = 0;
   private more = true;
+  /** The server said it closes the connection after this answer. */
+  closing = false;
 
   /** `bodiless`: an answer to HEAD, whose head announces a body that never comes. */
   constructor(
@@ -128,7 +147,8 @@ export class ResponseReader {
     this.pending = this.pending.length === 0 ? bytes : Buffer.concat([this.pending, bytes]);
     this.more = true;
     while (this.step()) {}
-    return this.more;
+    // An answer read whole holds up no write of the server's: what it had is with its reader.
+    return this.more || this.state === "done";
   }
 
   close(): void {
@@ -216,6 +236,7 @@ export class ResponseReader {
       const value = line.slice(colon + 1).trim();
       if (name === "content-length") length = Number(value);
       if (name === "transfer-encoding") chunked = /chunked/i.test(value);
+      if (name === "connection" && /\bclose\b/i.test(value)) this.closing = true;
       // Hop by hop: the connection in memory's, not the answer's.
       if (name === "connection" || name === "transfer-encoding" || name === "keep-alive") continue;
       const had = headers[name];
@@ -244,57 +265,108 @@ export interface BridgedAnswer {
   body: Readable;
 }
 
+/** Idle sockets a bridge keeps for the next reads, at most: more than a connection mostly runs at once. */
+const IDLE_SOCKETS = 16;
+
+type BridgedRequest = {
+  method: string;
+  path: string;
+  headers: Headers;
+  body: AsyncIterable<Buffer> | undefined;
+};
+
 /**
- * Runs one request through `server` (which never listens) over a MemorySocket that `mark` is given first:
- * resolves with the answer's head, its body streaming behind; rejects when the answer breaks off before its
- * head. `signal` aborts it as a client that goes away does.
+ * One connection's way into the agent's own HTTP handling (`server`, which never listens), over sockets
+ * in memory that `mark` is given first. A request without a body goes on a socket kept from an earlier one,
+ * as an HTTP client keeps its connections alive: the server sets a connection up (its parser, listeners,
+ * list entry) once, not per read. A request with a body gets a socket of its own, closed after it: an
+ * answer may come before the body's end, and the rest of the body would be read as the next request.
  */
-export function bridgeRequest(
-  server: Server,
-  request: { method: string; path: string; headers: Headers; body: AsyncIterable<Buffer> | undefined },
-  remoteAddress: string,
-  mark: (socket: MemorySocket) => void,
-  signal?: AbortSignal,
-): Promise<BridgedAnswer> {
-  // Before any socket: a request whose head cannot be written leaves nothing behind in the server.
-  let head: Buffer;
-  try {
-    head = requestHead(request.method, request.path, request.headers, request.body !== undefined);
-  } catch (err) {
-    return Promise.reject(err);
+export class Bridge {
+  private readonly idle: MemorySocket[] = [];
+  private closed = false;
+
+  constructor(
+    private readonly server: Server,
+    private readonly remoteAddress: string,
+    private readonly mark: (socket: MemorySocket) => void,
+  ) {}
+
+  /**
+   * Runs one request: resolves with the answer's head, its body streaming behind; rejects when the answer
+   * breaks off before its head. `signal` aborts it as a client that goes away does.
+   */
+  request(request: BridgedRequest, signal?: AbortSignal): Promise<BridgedAnswer> {
+    const reuse = request.body === undefined;
+    // Before any socket: a request whose head cannot be written leaves nothing behind in the server.
+    let head: Buffer;
+    try {
+      head = requestHead(request.method, request.path, request.headers, !reuse);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return new Promise((resolve, reject) => {
+      const socket = this.socket(reuse);
+      // As much buffered as a stream's window: the server writes on while the frames go out.
+      const body = new Readable({ highWaterMark: INITIAL_WINDOW, read: () => socket.release() });
+      let headSeen = false;
+      const onAbort = () => {
+        if (socket.reads(reader)) socket.destroy();
+      };
+      const reader: ResponseReader = new ResponseReader(
+        {
+          head: (status, headers) => {
+            headSeen = true;
+            resolve({ status, headers, body });
+          },
+          data: (piece) => body.push(piece),
+          end: () => {
+            signal?.removeEventListener("abort", onAbort);
+            body.push(null);
+            if (reuse && !reader.closing) this.keep(socket);
+            else socket.end();
+          },
+          fail: (err) => {
+            signal?.removeEventListener("abort", onAbort);
+            if (headSeen) body.destroy(err);
+            else reject(err);
+          },
+        },
+        request.method === "HEAD",
+      );
+      socket.attach(reader);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      socket.push(head);
+      if (request.body !== undefined) void sendBody(socket, request.body);
+    });
   }
-  return new Promise((resolve, reject) => {
-    let socket: MemorySocket | undefined;
-    // As much buffered as a stream's window: the server writes on while the frames go out.
-    const body = new Readable({ highWaterMark: INITIAL_WINDOW, read: () => socket?.release() });
-    let headSeen = false;
-    const reader = new ResponseReader(
-      {
-        head: (status, headers) => {
-          headSeen = true;
-          resolve({ status, headers, body });
-        },
-        data: (piece) => body.push(piece),
-        end: () => {
-          body.push(null);
-          socket?.end();
-        },
-        fail: (err) => {
-          if (headSeen) body.destroy(err);
-          else reject(err);
-        },
-      },
-      request.method === "HEAD",
-    );
-    socket = new MemorySocket(remoteAddress, reader);
-    const s = socket;
+
+  /** The connection is gone: its idle sockets close now, those in use with their requests. */
+  close(): void {
+    this.closed = true;
+    for (const s of this.idle.splice(0)) s.destroy();
+  }
+
+  private socket(reuse: boolean): MemorySocket {
+    const kept = reuse ? this.idle.pop() : undefined;
+    if (kept !== undefined) return kept;
+    const s = new MemorySocket(this.remoteAddress);
     s.on("error", () => {});
-    signal?.addEventListener("abort", () => s.destroy(), { once: true });
-    mark(s);
-    server.emit("connection", s);
-    s.push(head);
-    if (request.body !== undefined) void sendBody(s, request.body);
-  });
+    s.once("close", () => {
+      const i = this.idle.indexOf(s);
+      if (i >= 0) this.idle.splice(i, 1);
+    });
+    this.mark(s);
+    this.server.emit("connection", s);
+    return s;
+  }
+
+  /** A socket whose answer was read whole, kept for the next request (or closed past IDLE_SOCKETS). */
+  private keep(s: MemorySocket): void {
+    s.attach(undefined);
+    if (this.closed || s.destroyed || this.idle.length >= IDLE_SOCKETS) s.destroy();
+    else this.idle.push(s);
+  }
 }
 
 /** The request's body, in chunked coding, as the frames bring it. */
