@@ -17,6 +17,7 @@ import { channelBinding, type Headers, publicKeyFromBase64, SUBPROTOCOL } from "
 import { ReplayCache } from "./replay.js";
 import { ReplayStore } from "./replay-store.js";
 import { AgentSession, type Counters, SessionError } from "./session.js";
+import type { Corkable } from "./streams.js";
 
 export interface ConnectClientOptions {
   url: string;
@@ -194,14 +195,16 @@ export class ConnectClient {
       });
       let binding = "";
       let remoteAddress = "";
+      let socket: Corkable | undefined;
       let opened = false;
       ws.once("upgrade", (res: IncomingMessage) => {
         binding = channelBinding(res.socket);
         remoteAddress = res.socket.remoteAddress ?? "";
+        socket = res.socket;
       });
       ws.once("open", () => {
         opened = true;
-        const session = this.openSession(ws, { binding, remoteAddress }, () => {
+        const session = this.openSession(ws, { binding, remoteAddress, socket }, () => {
           welcomed = true;
         });
         this.session = session;
@@ -223,7 +226,11 @@ export class ConnectClient {
 
   private openSession(
     ws: WebSocket,
-    { binding, remoteAddress }: { binding: string; remoteAddress: string },
+    {
+      binding,
+      remoteAddress,
+      socket,
+    }: { binding: string; remoteAddress: string; socket: Corkable | undefined },
     onWelcome: () => void,
   ): AgentSession {
     const o = this.o;
@@ -233,6 +240,7 @@ export class ConnectClient {
       pinned: this.pinned,
       enrollToken: this.enrolled ? undefined : o.enrollToken,
       binding,
+      ...(socket ? { socket } : {}),
       agentVersion: o.agentVersion,
       counters: this.counters,
       log: o.log,

@@ -18,7 +18,7 @@ import {
   transcript,
   verifyTranscript,
 } from "./protocol.js";
-import { type FrameSink, FrameWriter } from "./streams.js";
+import { type Corkable, type FrameSink, FrameWriter } from "./streams.js";
 
 /** What the connection has carried, across reconnects (status and metrics). */
 export interface Counters {
@@ -37,6 +37,8 @@ export interface SessionOptions {
   enrollToken: string | undefined;
   /** The TLS connection's binding as this side sees it (protocol.ts, channelBinding). */
   binding: string;
+  /** The WebSocket's own socket, on which the frames of one turn are gathered into one write. */
+  socket?: Corkable;
   agentVersion: string;
   counters: Counters;
   log: Logger;
@@ -71,7 +73,7 @@ export class AgentSession implements FrameSink {
     private readonly ws: WebSocket,
     private readonly o: SessionOptions,
   ) {
-    this.writer = new FrameWriter(ws);
+    this.writer = new FrameWriter(ws, o.socket);
     // A frame's head and large body come as fragments of their own: not joined into one copy.
     ws.binaryType = "fragments";
     this.ended = new Promise((resolve) => {

@@ -121,22 +121,35 @@ const SPLIT_BYTES = 16 * 1024;
 /** Bytes queued on a socket past which streams wait before sending more. */
 const HIGH_WATER = 4 * 1024 * 1024;
 
+/** What FrameWriter gathers writes on: the WebSocket's own socket (TLS, or TCP on loopback). */
+export interface Corkable {
+  cork(): void;
+  uncork(): void;
+}
+
 /**
  * One side's writes of frames to its WebSocket, counting what is queued on the socket: `drained` waits
- * while more than HIGH_WATER is, so the streams of one connection cannot queue without bound.
+ * while more than HIGH_WATER is, so the streams of one connection cannot queue without bound. The frames
+ * written in one turn of the event loop leave in one write to `socket` (corked until the next tick): a
+ * frame is otherwise a write of its own, and each of its fragments too, and each write to a socket costs a
+ * system call and, on the other side, a wake-up. The agent's list of 20,000 routes (7.6 MB) went out in
+ * about 230 writes, 110 gathered; a 111 KB answer in 5, 3 gathered (its `end` comes a turn later).
  */
 export class FrameWriter {
   private queued = 0;
   private readonly waiters: (() => void)[] = [];
+  private corked = false;
 
   constructor(
     private readonly ws: {
       send(data: Uint8Array, options: { binary: true; fin: boolean }, done: () => void): void;
     },
+    private readonly socket?: Corkable,
   ) {}
 
   /** Sends the frame; its size in bytes. A large body follows its head as a second fragment, uncopied. */
   write(header: Frame, body?: Uint8Array): number {
+    this.gather();
     const whole = body === undefined || body.length < SPLIT_BYTES;
     const head = whole ? encodeFrame(header, body) : encodeFrame(header);
     const bytes = head.length + (whole ? 0 : (body?.length ?? 0));
@@ -152,6 +165,18 @@ export class FrameWriter {
       this.ws.send(body as Uint8Array, { binary: true, fin: true }, sent);
     }
     return bytes;
+  }
+
+  /** Holds this turn's writes on the socket until the next tick, once per turn. */
+  private gather(): void {
+    const socket = this.socket;
+    if (socket === undefined || this.corked) return;
+    this.corked = true;
+    socket.cork();
+    process.nextTick(() => {
+      this.corked = false;
+      socket.uncork();
+    });
   }
 
   drained(open: boolean): Promise<void> {

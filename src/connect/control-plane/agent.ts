@@ -3,7 +3,7 @@ import type { Readable } from "node:stream";
 import type WebSocket from "ws";
 import { keepAlive } from "../heartbeat.js";
 import type { Frame, Headers, StreamFrame } from "../protocol.js";
-import { type FrameSink, FrameWriter, IncomingWebBody, OutgoingBody } from "../streams.js";
+import { type Corkable, type FrameSink, FrameWriter, IncomingWebBody, OutgoingBody } from "../streams.js";
 
 /** What `fetch` takes: a subset of the Fetch API's RequestInit, and the request's id. */
 export interface AgentRequestInit {
@@ -60,8 +60,10 @@ export class ConnectedAgent implements FrameSink {
     readonly remoteAddress: string,
     private readonly onEvent: (agent: ConnectedAgent, event: AgentEvent) => Promise<number>,
     timing: { heartbeatMs?: number | undefined; deadAfterMs?: number | undefined } = {},
+    /** The WebSocket's own socket, on which the frames of one turn are gathered into one write. */
+    socket?: Corkable,
   ) {
-    this.writer = new FrameWriter(ws);
+    this.writer = new FrameWriter(ws, socket);
     this.closed = new Promise((resolve) =>
       ws.once("close", (code, reason) => {
         const why = `closed (${code}${reason.length > 0 ? `: ${reason}` : ""})`;

@@ -21,6 +21,7 @@ import {
   transcript,
   verifyTranscript,
 } from "../protocol.js";
+import type { Corkable } from "../streams.js";
 import { type AgentEvent, ConnectedAgent } from "./agent.js";
 
 export type { AgentEvent, AgentRequestInit } from "./agent.js";
@@ -186,7 +187,7 @@ export class ControlPlane {
       return frames.shift()?.header as HandshakeFrame;
     };
     const timer = setTimeout(() => ws.terminate(), HANDSHAKE_MS);
-    this.admit(ws, next, binding, remoteAddress)
+    this.admit(ws, next, binding, remoteAddress, req.socket)
       .then((admitted) => {
         clearTimeout(timer);
         if (admitted === undefined) return;
@@ -205,6 +206,7 @@ export class ControlPlane {
     next: () => Promise<HandshakeFrame>,
     binding: string | undefined,
     remoteAddress: string,
+    socket: Corkable,
   ): Promise<ConnectedAgent | undefined> {
     const refuse = (code: RefusalCode, reason: string) => {
       this.o.onRefused?.({ code, reason, remoteAddress });
@@ -253,10 +255,10 @@ export class ControlPlane {
     }
     if (ws.readyState !== ws.OPEN) return undefined;
     ws.send(encodeFrame({ t: "welcome", enrolled: true }));
-    return this.connected(ws, key, remoteAddress);
+    return this.connected(ws, key, remoteAddress, socket);
   }
 
-  private connected(ws: WebSocket, key: AgentKey, remoteAddress: string): ConnectedAgent {
+  private connected(ws: WebSocket, key: AgentKey, remoteAddress: string, socket: Corkable): ConnectedAgent {
     const agent = new ConnectedAgent(
       ws,
       key.publicKey,
@@ -264,6 +266,7 @@ export class ControlPlane {
       remoteAddress,
       async (a, event) => (await this.o.onEvent?.(a, event)) ?? 200,
       { heartbeatMs: this.o.heartbeatMs, deadAfterMs: this.o.deadAfterMs },
+      socket,
     );
     const older = this.agents.get(key.fingerprint);
     this.agents.set(key.fingerprint, agent);
