@@ -146,14 +146,15 @@ export class Dispatcher {
   private read(id: string, a: Active, request: Request): void {
     const run = this.bridged(request, a.abort.signal)
       .then(async (res) => {
-        if (this.active.get(id) !== a) return res.body.destroy();
+        if (this.active.get(id) !== a) {
+          if (!Buffer.isBuffer(res.body)) res.body.destroy();
+          return;
+        }
         const headers = res.headers;
-        const length = Number(res.headers["content-length"] ?? Number.NaN);
-        // An answer of known small size goes in one frame, as most answers are.
-        if (length <= CHUNK_BYTES) {
-          const whole = await collect(res.body);
-          if (this.active.get(id) === a && this.o.sink.open)
-            this.o.sink.send({ t: "res", id, status: res.status, headers, end: true }, whole);
+        // An answer read whole (small, as most answers are) goes in one frame.
+        if (Buffer.isBuffer(res.body)) {
+          if (this.o.sink.open)
+            this.o.sink.send({ t: "res", id, status: res.status, headers, end: true }, res.body);
           return;
         }
         this.o.sink.send({ t: "res", id, status: res.status, headers });
@@ -177,7 +178,7 @@ export class Dispatcher {
       async (res): Promise<KeptAnswer> => ({
         status: res.status,
         headers: res.headers,
-        body: await collect(res.body),
+        body: Buffer.isBuffer(res.body) ? res.body : await collect(res.body),
       }),
     );
     this.o.replay.remember(this.o.peer, f.id, f.method.toUpperCase(), f.path, answer);

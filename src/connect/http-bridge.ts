@@ -1,6 +1,6 @@
 import { Duplex, Readable } from "node:stream";
 import type { Server } from "../util/node-builtins.js";
-import { type Headers, INITIAL_WINDOW } from "./protocol.js";
+import { CHUNK_BYTES, type Headers, INITIAL_WINDOW } from "./protocol.js";
 
 /**
  * A connection in memory to the agent's own HTTP handling (connect/dispatch.ts): requests go in as
@@ -262,7 +262,8 @@ export class ResponseReader {
 export interface BridgedAnswer {
   status: number;
   headers: Headers;
-  body: Readable;
+  /** The body whole when its length said it is at most CHUNK_BYTES; else as it comes. */
+  body: Buffer | Readable;
 }
 
 /** Idle sockets a bridge keeps for the next reads, at most: more than a connection mostly runs at once. */
@@ -293,8 +294,10 @@ export class Bridge {
   ) {}
 
   /**
-   * Runs one request: resolves with the answer's head, its body streaming behind; rejects when the answer
-   * breaks off before its head. `signal` aborts it as a client that goes away does.
+   * Runs one request: resolves with the answer's head and its body streaming behind, or, for a body whose
+   * length says it is small (most answers), with the answer whole once it is read, without a stream in
+   * between. Rejects when the answer breaks off before that. `signal` aborts it as a client that goes away
+   * does.
    */
   request(request: BridgedRequest, signal?: AbortSignal): Promise<BridgedAnswer> {
     const reuse = request.body === undefined;
@@ -307,28 +310,43 @@ export class Bridge {
     }
     return new Promise((resolve, reject) => {
       const socket = this.socket(reuse);
-      // As much buffered as a stream's window: the server writes on while the frames go out.
-      const body = new Readable({ highWaterMark: INITIAL_WINDOW, read: () => socket.release() });
-      let headSeen = false;
+      let body: Readable | undefined;
+      let whole: { status: number; headers: Headers; pieces: Buffer[] } | undefined;
       const onAbort = () => {
         if (socket.reads(reader)) socket.destroy();
       };
       const reader: ResponseReader = new ResponseReader(
         {
           head: (status, headers) => {
-            headSeen = true;
+            if (Number(headers["content-length"] ?? Number.NaN) <= CHUNK_BYTES) {
+              whole = { status, headers, pieces: [] };
+              return;
+            }
+            // As much buffered as a stream's window: the server writes on while the frames go out.
+            body = new Readable({ highWaterMark: INITIAL_WINDOW, read: () => socket.release() });
             resolve({ status, headers, body });
           },
-          data: (piece) => body.push(piece),
+          data: (piece) => {
+            if (whole === undefined) return (body as Readable).push(piece);
+            whole.pieces.push(piece);
+            return true;
+          },
           end: () => {
             signal?.removeEventListener("abort", onAbort);
-            body.push(null);
+            if (whole !== undefined) {
+              const { status, headers, pieces } = whole;
+              resolve({
+                status,
+                headers,
+                body: pieces.length === 1 ? (pieces[0] as Buffer) : Buffer.concat(pieces),
+              });
+            } else body?.push(null);
             if (reuse && !reader.closing) this.keep(socket);
             else socket.end();
           },
           fail: (err) => {
             signal?.removeEventListener("abort", onAbort);
-            if (headSeen) body.destroy(err);
+            if (body !== undefined) body.destroy(err);
             else reject(err);
           },
         },
