@@ -63,15 +63,11 @@ export class ResponseReader {
         this.pending = p.subarray(end + 4);
         return true;
       }
-      case "length": {
+      case "length":
         if (p.length === 0) return false;
-        const piece = p.subarray(0, this.remaining);
-        this.remaining -= piece.length;
-        this.pending = p.subarray(piece.length);
-        this.more = this.on.data(piece) && this.more;
+        this.take(p);
         if (this.remaining === 0) this.finish();
         return true;
-      }
       case "chunk-size": {
         const eol = p.indexOf("\r\n");
         if (eol < 0) return false;
@@ -82,15 +78,11 @@ export class ResponseReader {
         this.state = size === 0 ? "chunk-end" : "chunk";
         return true;
       }
-      case "chunk": {
+      case "chunk":
         if (p.length === 0) return false;
-        const piece = p.subarray(0, this.remaining);
-        this.remaining -= piece.length;
-        this.pending = p.subarray(piece.length);
-        this.more = this.on.data(piece) && this.more;
+        this.take(p);
         if (this.remaining === 0) this.state = "chunk-crlf";
         return true;
-      }
       case "chunk-end": {
         // Trailers, if any, then the empty line.
         const end = p.indexOf("\r\n");
@@ -112,6 +104,14 @@ export class ResponseReader {
       default:
         return false;
     }
+  }
+
+  /** Hands the body's bytes in `p`, up to what remains of the body or the chunk, to the reader. */
+  private take(p: Buffer): void {
+    const piece = p.subarray(0, this.remaining);
+    this.remaining -= piece.length;
+    this.pending = p.subarray(piece.length);
+    this.more = this.on.data(piece) && this.more;
   }
 
   private readHead(text: string): void {
