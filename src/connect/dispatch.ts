@@ -220,8 +220,8 @@ export class Dispatcher {
 }
 
 /**
- * A body's bytes whole. Lighter than stream/consumers' `buffer`, which goes through a Blob and an async
- * iterator, for the small answers most requests get.
+ * A streamed answer's bytes whole (a change's, kept for its id). Lighter than stream/consumers' `buffer`,
+ * which goes through a Blob and an async iterator.
  */
 function collect(body: Readable): Promise<Buffer> {
   return new Promise((resolve, reject) => {
