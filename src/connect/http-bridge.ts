@@ -179,8 +179,14 @@ export class Bridge {
               whole = { status, headers, pieces: [] };
               return;
             }
-            // As much buffered as a stream's window: the server writes on while the frames go out.
-            body = new Readable({ highWaterMark: INITIAL_WINDOW, read: () => socket.release() });
+            // As much buffered as a stream's window: the server writes on while the frames go out. A read
+            // after the answer's end must not release the writes of the socket's next answer.
+            body = new Readable({
+              highWaterMark: INITIAL_WINDOW,
+              read: () => {
+                if (socket.reads(reader)) socket.release();
+              },
+            });
             resolve({ status, headers, body });
           },
           data: (piece) => {
