@@ -269,10 +269,14 @@ test("an agent starting on a Caddy whose access log config went astray brings it
   // exclude gone.
   const logs = (await s.config("/config/logging/logs")) as Record<string, unknown>;
   const [own] = Object.keys(logs).filter((k) => k.startsWith("hostkeeper_access_"));
-  await s.caddy.admin.write("POST", "/config/logging/logs", {
+  // Each with its path's ETag: a write right behind another can meet Caddy restarting its admin server, and
+  // only a write whose ETag shows it did not land is sent again (one sent without failed the suite once).
+  const byHand = async (method: "POST" | "DELETE", path: string, body?: unknown) =>
+    s.caddy.admin.write(method, path, body, (await s.caddy.admin.read(path)).etag);
+  await byHand("POST", "/config/logging/logs", {
     hostkeeper_access_0000000000000000: { writer: { output: "discard" } },
   });
-  await s.caddy.admin.write("DELETE", "/config/apps/http/servers/srv0/logs");
+  await byHand("DELETE", "/config/apps/http/servers/srv0/logs");
   const next = await buildTestApp(t, {
     HOSTKEEPER_CADDY_ADMIN: s.caddy.adminUrl,
     HOSTKEEPER_ACCESS_LOG_DIR: s.dir,
