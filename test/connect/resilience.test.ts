@@ -16,6 +16,7 @@ import { freePort } from "../../support/loopback.js";
 import { buildTestApp } from "../helpers/app.js";
 import {
   type AptRepo,
+  aptAgentEnv,
   buildAptRepo,
   createAptSandbox,
   type DebSpec,
@@ -92,11 +93,7 @@ test("the control plane killed during an async apply: the agent dials again, the
   const [port, apiPort] = [await freePort(), await freePort()];
   let cp = await startExample(t, dir, port, apiPort);
   const app = await buildTestApp(t, {
-    HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-    HOSTKEEPER_PACKAGE_MANAGER: "apt",
-    HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
-    HOSTKEEPER_REBOOT_REQUIRED_FILE: sandbox.rebootRequiredFile,
-    HOSTKEEPER_NEEDRESTART: "none",
+    ...aptAgentEnv(sandbox),
     HOSTKEEPER_WEBHOOK_RETRY_SCHEDULE: "1,2,4,8,16,32",
     HOSTKEEPER_CONNECT_URL: cp.started.listening,
     HOSTKEEPER_CONNECT_KEYS: cp.started.public_key,

@@ -6,6 +6,7 @@ import { before, type TestContext, test } from "node:test";
 import { buildTestApp, TEST_SECRET, TEST_TOKEN } from "../helpers/app.js";
 import {
   type AptRepo,
+  aptAgentEnv,
   buildAptRepo,
   createAptSandbox,
   type DebSpec,
@@ -71,11 +72,7 @@ async function setup(t: TestContext, env: Record<string, string> = {}) {
   boot.set("11111111-1111-4111-8111-111111111111", "6.1.0-17-amd64");
   const reboot = rebootMarker(dir);
   const agentEnv = {
-    HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-    HOSTKEEPER_PACKAGE_MANAGER: "apt",
-    HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
-    HOSTKEEPER_REBOOT_REQUIRED_FILE: sandbox.rebootRequiredFile,
-    HOSTKEEPER_NEEDRESTART: "none",
+    ...aptAgentEnv(sandbox),
     HOSTKEEPER_REBOOT_COMMAND: reboot.command,
     HOSTKEEPER_REBOOT_DELAY_MS: "100",
     HOSTKEEPER_BOOT_ID_FILE: boot.idFile,

@@ -14,6 +14,7 @@ import { CHILD_ENV, childEnv } from "../../src/util/child-env.js";
 import { buildTestApp } from "../helpers/app.js";
 import {
   type AptRepo,
+  aptAgentEnv,
   buildAptRepo,
   changelogEntry,
   createAptSandbox,
@@ -92,11 +93,7 @@ async function setup(
   const sandbox = await createAptSandbox(t, repo, { install: INITIAL, machineId, sourcesList });
   await sandbox.aptMark(["hold", "labmark"]);
   const app = await buildTestApp(t, {
-    HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-    HOSTKEEPER_PACKAGE_MANAGER: "apt",
-    HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
-    HOSTKEEPER_REBOOT_REQUIRED_FILE: sandbox.rebootRequiredFile,
-    HOSTKEEPER_NEEDRESTART: "none",
+    ...aptAgentEnv(sandbox),
     HOSTKEEPER_REBOOT_COMMAND: "true",
     ...env,
   });

@@ -8,6 +8,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { buildTestApp, TEST_TOKEN } from "../helpers/app.js";
 import {
   type AptRepo,
+  aptAgentEnv,
   buildAptRepo,
   createAptSandbox,
   type DebSpec,
@@ -69,11 +70,7 @@ async function setup(
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const reboot = rebootMarker(dir);
   const agentEnv = {
-    HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-    HOSTKEEPER_PACKAGE_MANAGER: "apt",
-    HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
-    HOSTKEEPER_REBOOT_REQUIRED_FILE: sandbox.rebootRequiredFile,
-    HOSTKEEPER_NEEDRESTART: "none",
+    ...aptAgentEnv(sandbox),
     HOSTKEEPER_REBOOT_COMMAND: reboot.command,
     HOSTKEEPER_REBOOT_DELAY_MS: "300",
     HOSTKEEPER_HOLD_PACKAGES: "labhold",

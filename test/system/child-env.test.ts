@@ -7,7 +7,7 @@ import { test } from "node:test";
 import { CHILD_ENV, childEnv } from "../../src/util/child-env.js";
 import { freePort } from "../../support/loopback.js";
 import { buildTestApp, TEST_TOKEN } from "../helpers/app.js";
-import { buildAptRepo, createAptSandbox, debianArch } from "../helpers/apt-sandbox.js";
+import { aptAgentEnv, buildAptRepo, createAptSandbox, debianArch } from "../helpers/apt-sandbox.js";
 import { caddyPid, startAgent } from "../helpers/serve.js";
 import { waitFor } from "../helpers/wait.js";
 
@@ -92,11 +92,7 @@ test("apt, the maintainer scripts it runs, dpkg-deb reading changelogs and the r
     PATH: `${bin}:${process.env.PATH}`,
   });
   const { app } = await buildTestApp(t, {
-    HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-    HOSTKEEPER_PACKAGE_MANAGER: "apt",
-    HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
-    HOSTKEEPER_REBOOT_REQUIRED_FILE: sandbox.rebootRequiredFile,
-    HOSTKEEPER_NEEDRESTART: "none",
+    ...aptAgentEnv(sandbox),
     HOSTKEEPER_REBOOT_COMMAND: `${script} ${rebootEnv}`,
     HOSTKEEPER_REBOOT_DELAY_MS: "0",
   });

@@ -6,7 +6,13 @@ import { parseAptSpace } from "../../src/system/packages/apt-output.js";
 import { DnfPackageManager } from "../../src/system/packages/dnf.js";
 import { parseDnfTransaction } from "../../src/system/packages/dnf-output.js";
 import { buildTestApp } from "../helpers/app.js";
-import { buildAptRepo, createAptSandbox, type DebSpec, debianArch } from "../helpers/apt-sandbox.js";
+import {
+  aptAgentEnv,
+  buildAptRepo,
+  createAptSandbox,
+  type DebSpec,
+  debianArch,
+} from "../helpers/apt-sandbox.js";
 import { buildRpmRepo, createDnfRoot, type RpmSpec } from "../helpers/dnf-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 
@@ -81,11 +87,7 @@ async function aptSetup(t: TestContext, minFreeMb: string) {
   const repo = await buildAptRepo(t, DEBS, debianArch());
   const sandbox = await createAptSandbox(t, repo, { install: ["guardsec=1.0"] });
   const app = await buildTestApp(t, {
-    HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-    HOSTKEEPER_PACKAGE_MANAGER: "apt",
-    HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
-    HOSTKEEPER_REBOOT_REQUIRED_FILE: sandbox.rebootRequiredFile,
-    HOSTKEEPER_NEEDRESTART: "none",
+    ...aptAgentEnv(sandbox),
     HOSTKEEPER_SERVICES_RESTART_COMMAND: "none",
     HOSTKEEPER_REBOOT_COMMAND: "true",
     HOSTKEEPER_MIN_FREE_MB: minFreeMb,

@@ -19,7 +19,7 @@ import Database from "better-sqlite3";
 import { parseMaps, scanProcesses, unitOfCgroup } from "../../src/system/restarts/restart-scan.js";
 import { parseRestartOutput } from "../../src/system/restarts/services-restart.js";
 import { buildTestApp } from "../helpers/app.js";
-import { buildAptRepo, createAptSandbox, debianArch } from "../helpers/apt-sandbox.js";
+import { aptAgentEnv, buildAptRepo, createAptSandbox, debianArch } from "../helpers/apt-sandbox.js";
 import { buildRpmRepo, createDnfRoot } from "../helpers/dnf-sandbox.js";
 import { hostPackageState } from "../helpers/host-state.js";
 import { waitFor } from "../helpers/wait.js";
@@ -287,11 +287,7 @@ test("apt: check-updates and apply-updates list the processes running replaced f
   );
   const sandbox = await createAptSandbox(t, repo, { install: ["rsa=1.0"] });
   const env = {
-    HOSTKEEPER_CADDY_ADMIN: "http://127.0.0.1:1",
-    HOSTKEEPER_PACKAGE_MANAGER: "apt",
-    HOSTKEEPER_APT_CONFIG: sandbox.aptConfig,
-    HOSTKEEPER_REBOOT_REQUIRED_FILE: sandbox.rebootRequiredFile,
-    HOSTKEEPER_NEEDRESTART: "none",
+    ...aptAgentEnv(sandbox),
     HOSTKEEPER_REBOOT_COMMAND: "true",
   };
   const { call, dataDir } = await buildTestApp(t, env);
