@@ -94,6 +94,8 @@ test("the control plane killed during an async apply: the agent dials again, the
   let cp = await startExample(t, dir, port, apiPort);
   const app = await buildTestApp(t, {
     ...aptAgentEnv(sandbox),
+    // No reboot is asked for; were one, it would do nothing.
+    HOSTKEEPER_REBOOT_COMMAND: "true",
     HOSTKEEPER_WEBHOOK_RETRY_SCHEDULE: "1,2,4,8,16,32",
     HOSTKEEPER_CONNECT_URL: cp.started.listening,
     HOSTKEEPER_CONNECT_KEYS: cp.started.public_key,
