@@ -1,4 +1,4 @@
-import type { Readable } from "node:stream";
+import { buffer } from "node:stream/consumers";
 import type { Logger } from "pino";
 import type { Principal } from "../access/tokens.js";
 import { ApiError, problemBody } from "../http/errors.js";
@@ -178,7 +178,7 @@ export class Dispatcher {
       async (res): Promise<KeptAnswer> => ({
         status: res.status,
         headers: res.headers,
-        body: Buffer.isBuffer(res.body) ? res.body : await collect(res.body),
+        body: Buffer.isBuffer(res.body) ? res.body : await buffer(res.body),
       }),
     );
     this.o.replay.remember(this.o.peer, f.id, f.method.toUpperCase(), f.path, answer);
@@ -217,26 +217,6 @@ export class Dispatcher {
   private done(id: string, a: Active): void {
     if (this.active.get(id) === a) this.active.delete(id);
   }
-}
-
-/**
- * A streamed answer's bytes whole (a change's, kept for its id). Lighter than stream/consumers' `buffer`,
- * which goes through a Blob and an async iterator.
- */
-function collect(body: Readable): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const parts: Buffer[] = [];
-    let ended = false;
-    body.on("data", (piece: Buffer) => parts.push(piece));
-    body.once("end", () => {
-      ended = true;
-      resolve(parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts));
-    });
-    body.once("error", reject);
-    body.once("close", () => {
-      if (!ended) reject(new Error("the answer broke off before its end"));
-    });
-  });
 }
 
 function validHeaders(h: unknown): h is Record<string, string | string[]> {
